@@ -93,7 +93,8 @@ def check_resume_checkpoint(out_dir: Path) -> None:
 
 def check_no_misnamed_checkpoint(out_dir: Path) -> None:
     """Refuse a checkpoint folder no command reads (not named step-NNNNNNNN: renamed or copied by
-    hand): the job would resume from an older checkpoint, or start over, beside it without a word.
+    hand) that holds a step past the newest checkpoint's (trust.misnamed_passed_over): the job
+    would resume from an older checkpoint, or start over, beside it without a word.
     Checked before what the run directory's checkpoints say (a --continue-on would otherwise be
     told there is no checkpoint to go on from, or that the stretch is unfinished)."""
     from shardrec.trainer.rundir.checkpoint.trust import misnamed_refusal

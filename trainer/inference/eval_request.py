@@ -29,6 +29,7 @@ from shardrec.trainer.rundir.checkpoint.trust import (
     complete_checkpoints,
     misnamed_checkpoint_message,
     misnamed_checkpoints,
+    misnamed_passed_over,
     other_step_checkpoints,
     other_step_message,
     other_step_read,
@@ -264,14 +265,15 @@ def find_checkpoint(run_dir: Path, step: int | None) -> tuple[int, Path]:
     # train names it, rather than another checkpoint read without a word.
     misnamed = misnamed_checkpoints(directory)
     unread = f"; {misnamed_checkpoint_message(misnamed[0])}" if misnamed else ""
-    if step is None and misnamed:
+    passed_over = misnamed_passed_over(directory) if step is None else []
+    if passed_over:
         instead = (
             f"; or evaluate or export the newest named one, {done[-1][1]}, with --checkpoint "
             f"{done[-1][0]}"
             if done
             else ""
         )
-        raise ValueError(misnamed_checkpoint_message(misnamed[0]) + instead)
+        raise ValueError(misnamed_checkpoint_message(passed_over[0]) + instead)
     other_step = _other_step_refusal(directory, done, step)
     if other_step:
         raise ValueError(other_step)

@@ -69,6 +69,20 @@ def misnamed_checkpoints(directory: Path) -> list[Path]:
     )
 
 
+def misnamed_passed_over(directory: Path) -> list[Path]:
+    """The misnamed_checkpoints that reading the newest complete checkpoint would pass over without
+    a word: holding a step past its (`step-8`, the user's newest, renamed), or any where there is
+    none, or whose step cannot be read. A copy of an older or the same step (`step-00000008.bak`)
+    is read by nothing and stops nothing."""
+    done = complete_checkpoints(directory)
+    newest = done[-1][0] if done else -1
+    return [
+        path
+        for path in misnamed_checkpoints(directory)
+        if (held := held_step(path)) is None or held > newest
+    ]
+
+
 def _links_to_a_checkpoint(path: Path) -> bool:
     """Whether `path` is a symbolic link to a step-NNNNNNNN folder of its own directory."""
     if not path.is_symlink():
@@ -197,12 +211,12 @@ def torn_checkpoint_message(path: Path, instead: str) -> str:
 
 
 def misnamed_refusal(run_dir: Path, also: str = "") -> str | None:
-    """The one line refusing RUN's first checkpoint folder no command reads (misnamed_checkpoints:
-    a resume would pass over it without a word), else one named for another step than it holds
+    """The one line refusing RUN's first checkpoint folder no command reads that a resume would
+    pass over without a word (misnamed_passed_over), else one named for another step than it holds
     that a resume would read or pass over (other_step_read: the ranks would refuse it, or resume
     before the step it holds), ending in `also`; None where there is none."""
     directory = Path(run_dir) / names.CHECKPOINTS
-    found = misnamed_checkpoints(directory)
+    found = misnamed_passed_over(directory)
     if found:
         return f"{misnamed_checkpoint_message(found[0])}{also}"
     other = other_step_read(directory)

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from shardrec.tools.cli.app import app
 from shardrec.tools.cli.train_run_dir import check_no_misnamed_checkpoint
-from shardrec.trainer.rundir.checkpoint.trust import check_checkpoint_folders
+from shardrec.trainer.rundir.checkpoint.folders import check_checkpoint_folders
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "run-killed-at-step-6"
 """A run of 2 ranks killed after step 6, its one checkpoint of step 4 (tests/fixtures/README.md)."""

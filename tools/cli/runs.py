@@ -26,10 +26,10 @@ def runs(
     checkpoint folder not named step-NNNNNNNN (renamed or copied by hand), which no command reads,
     or named for another step than it holds (copied or moved by hand), is named below the table
     too, and its run is misnamed where train refuses to resume it (one a resume would read or
-    pass over: trust.misnamed_passed_over, trust.other_step_read), and so is a
+    pass over: folders.misnamed_passed_over, folders.other_step_read), and so is a
     checkpoint whose files are another's (a copy: one of the two holds another step)."""
     from shardrec.trainer.rundir import names
-    from shardrec.trainer.rundir.checkpoint.trust import (
+    from shardrec.trainer.rundir.checkpoint.folders import (
         copied_checkpoint_message,
         copied_checkpoints,
         misnamed_checkpoint_message,

@@ -23,19 +23,21 @@ from shardrec.trainer.distributed.devices import (
 from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import JobConfig, load_job_config
 from shardrec.trainer.rundir import names
-from shardrec.trainer.rundir.checkpoint.readable import READ_ANOTHER, unreadable_problem
-from shardrec.trainer.rundir.checkpoint.trust import (
-    UntrustedCheckpoint,
-    complete_checkpoints,
+from shardrec.trainer.rundir.checkpoint.folders import (
     misnamed_checkpoint_message,
     misnamed_checkpoints,
     misnamed_passed_over,
     other_step_checkpoints,
     other_step_message,
     other_step_read,
-    refused_with_advice,
     torn_checkpoint,
     torn_checkpoint_message,
+)
+from shardrec.trainer.rundir.checkpoint.readable import READ_ANOTHER, unreadable_problem
+from shardrec.trainer.rundir.checkpoint.trust import (
+    UntrustedCheckpoint,
+    complete_checkpoints,
+    refused_with_advice,
     verify_checkpoint,
 )
 from shardrec.trainer.rundir.life import trained_data

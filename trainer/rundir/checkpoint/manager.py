@@ -60,6 +60,7 @@ from shardrec.trainer.rundir.checkpoint.failure import (
     describe_failure,
     saved_bytes,
 )
+from shardrec.trainer.rundir.checkpoint.folders import other_step_checkpoints, other_step_message
 from shardrec.trainer.rundir.checkpoint.parts import CheckpointParts, SavedCheckpoint
 from shardrec.trainer.rundir.checkpoint.readable import READ_ANOTHER
 from shardrec.trainer.rundir.checkpoint.signature import check_signature, check_step
@@ -67,8 +68,6 @@ from shardrec.trainer.rundir.checkpoint.trust import (
     REFUSED,
     UntrustedCheckpoint,
     complete_checkpoints,
-    other_step_checkpoints,
-    other_step_message,
     read_digests,
     refused_with_advice,
     unreadable_checkpoint,

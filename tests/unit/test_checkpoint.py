@@ -128,6 +128,39 @@ def test_a_prune_cut_short_leaves_no_checkpoint_that_looks_complete(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000003", "step-00000004"]
 
 
+def test_pruning_leaves_a_folder_named_for_another_step_out_of_the_count(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Before: `cp -a step-00000002 step-00000003` and a save of step 6 (keep 2) left steps 4 and 6:
+    # the copy was counted as a checkpoint of step 3 and removed with step 2, without a word (with
+    # keep 3 it stayed and the real step 2 went in its place).
+    import shutil
+
+    manager, _, _ = _manager(tmp_path)
+    for step in (2, 4):
+        manager.parts.progress.step = step
+        manager.save()
+    shutil.copytree(tmp_path / "step-00000002", tmp_path / "step-00000003")
+    manager.parts.progress.step = 6
+    with caplog.at_level(logging.WARNING, logger="shardrec"):
+        manager.save()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "step-00000003",
+        "step-00000004",
+        "step-00000006",
+    ]
+    manager.parts.progress.step = 8
+    with caplog.at_level(logging.WARNING, logger="shardrec"):
+        manager.save()  # said once a job
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("shardrec")]
+    assert said == [
+        f"{tmp_path / 'step-00000003' / 'train_state.pt'}: holds the checkpoint of step 2, not of "
+        "step 3 as its folder's name says (renamed by hand?); rename it step-00000002, or move it "
+        f"out of {tmp_path}; checkpoint.keep (2) neither counts nor removes it (kept: steps 4, 6)"
+    ]
+    assert (tmp_path / "step-00000003").is_dir()
+
+
 def test_a_full_disk_asks_for_at_least_what_the_last_checkpoint_took(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

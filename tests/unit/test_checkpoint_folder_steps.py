@@ -18,7 +18,8 @@ from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
 from shardrec.tools.cli.app import app
-from shardrec.trainer.rundir.checkpoint.trust import check_checkpoint_folders
+from shardrec.tools.cli.train_run_dir import check_no_misnamed_checkpoint
+from shardrec.trainer.rundir.checkpoint.folders import check_checkpoint_folders
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "run-killed-at-step-6"
 """A run of 2 ranks killed after step 6, its one checkpoint of step 4 (tests/fixtures/README.md)."""
@@ -163,3 +164,39 @@ def test_a_folder_that_would_be_taken_for_the_newest_is_refused_beside_a_sound_o
     with pytest.raises(ValueError, match="^" + re.escape(line)):
         check_checkpoint_folders(run)
     assert not out.exists()
+
+
+def test_a_folder_not_named_for_a_step_stops_only_what_would_pass_over_it(tmp_path: Path):
+    # Before: `cp -a step-00000008 step-00000008.bak` (or `step-4`, a copy of step 4) beside the
+    # sound newest step 8, and train, eval and export refused the run ("...step-00000008.bak: a
+    # checkpoint's files in a folder not named step-NNNNNNNN, which no command reads ...; or
+    # evaluate or export the newest named one, ... with --checkpoint 8"), though none reads it.
+    # The user's newest renamed (step-8 holding step 8 beside step 4) is still refused.
+    run, copy = _run(tmp_path, "copied")
+    shutil.rmtree(copy)
+    newest = _checkpoint_of(run, 8, 8)
+    shutil.copytree(newest, newest.with_name("step-00000008.bak"))
+    shutil.copytree(run / "checkpoints" / "step-00000004", run / "checkpoints" / "step-4")
+    write_tiny_dataset(tmp_path / "data")
+    out = tmp_path / "model.safetensors"
+    export = ["export", str(run), "--out", str(out), "--data", str(tmp_path / "data")]
+    exported = CliRunner().invoke(app, export)
+    assert exported.exit_code == 0, exported.output
+    assert f"wrote {out}: step 8, " in exported.stdout
+    check_checkpoint_folders(run)  # train's ranks resume from step 8
+    check_no_misnamed_checkpoint(run)  # and so does `shardrec train`: it starts them
+    listed = json.loads(CliRunner().invoke(app, ["runs", str(run.parent), "--json"]).stdout)
+    assert [(r["status"], r["misnamed_checkpoints"]) for r in listed] == [
+        ("failed", [str(newest.with_name(n)) for n in ("step-00000008.bak", "step-4")])
+    ]
+    shutil.rmtree(newest.with_name("step-00000008.bak"))
+    newest.rename(newest.with_name("step-8"))
+    line = (
+        f"{newest.with_name('step-8')}: a checkpoint's files in a folder not named step-NNNNNNNN, "
+        f"which no command reads (renamed or copied by hand?); it holds step 8: rename it "
+        f"step-00000008, or move it out of {newest.parent}"
+    )
+    refused = CliRunner().invoke(app, export)
+    assert_one_line_error(refused, "^" + re.escape(f"error: {line}; or evaluate or export "))
+    with pytest.raises(ValueError, match="^" + re.escape(line) + "$"):
+        check_checkpoint_folders(run)

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from shardrec.trainer.rundir import names
+from shardrec.trainer.rundir.checkpoint.folders import misnamed_checkpoints
 from shardrec.trainer.rundir.checkpoint.trust import (
     UntrustedCheckpoint,
     complete_checkpoints,
-    misnamed_checkpoints,
     read_digests,
     verify_checkpoint,
     write_digests,

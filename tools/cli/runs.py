@@ -25,15 +25,16 @@ def runs(
     cut short; the file is named below the table): a rerun, eval or export of it is refused. A
     checkpoint folder not named step-NNNNNNNN (renamed or copied by hand), which no command reads,
     or named for another step than it holds (copied or moved by hand), is named below the table
-    too, and its run is misnamed where train refuses to resume it (a folder not named
-    step-NNNNNNNN, or one a resume would read or pass over: trust.other_step_read), and so is a
+    too, and its run is misnamed where train refuses to resume it (one a resume would read or
+    pass over: folders.misnamed_passed_over, folders.other_step_read), and so is a
     checkpoint whose files are another's (a copy: one of the two holds another step)."""
     from shardrec.trainer.rundir import names
-    from shardrec.trainer.rundir.checkpoint.trust import (
+    from shardrec.trainer.rundir.checkpoint.folders import (
         copied_checkpoint_message,
         copied_checkpoints,
         misnamed_checkpoint_message,
         misnamed_checkpoints,
+        misnamed_passed_over,
         other_step_checkpoints,
         other_step_message,
         other_step_read,
@@ -53,7 +54,9 @@ def runs(
         # A copy whose step is read is said as a folder named for another step.
         copies += [pair for pair in copied if pair[0] not in dict(other)]
         damage = run_state.checkpoint_damage(run)
-        refused = bool(unread) or other_step_read(path / names.CHECKPOINTS) is not None
+        refused = bool(misnamed_passed_over(path / names.CHECKPOINTS)) or (
+            other_step_read(path / names.CHECKPOINTS) is not None
+        )
         status = run_state.run_status(run, damaged=bool(damage), misnamed=refused)
         if status == "damaged":
             damages.append(damage)

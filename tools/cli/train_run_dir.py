@@ -62,6 +62,7 @@ def check_resume_checkpoint(out_dir: Path) -> None:
     """Refuse, in one line, a checkpoint to resume from that fails its digests, that another
     user could have written, that cannot be read (a file saved cut short) or that another run
     saved (copied in); the ranks check its shards too before loading anything."""
+    from shardrec.trainer.rundir.checkpoint.folders import torn_refusal
     from shardrec.trainer.rundir.checkpoint.held_step import held_run_id
     from shardrec.trainer.rundir.checkpoint.readable import unreadable_problem
     from shardrec.trainer.rundir.checkpoint.signature import other_run_refusal, read_run_id
@@ -69,7 +70,6 @@ def check_resume_checkpoint(out_dir: Path) -> None:
         REFUSED,
         UntrustedCheckpoint,
         complete_checkpoints,
-        torn_refusal,
         verify_checkpoint,
     )
 
@@ -93,10 +93,11 @@ def check_resume_checkpoint(out_dir: Path) -> None:
 
 def check_no_misnamed_checkpoint(out_dir: Path) -> None:
     """Refuse a checkpoint folder no command reads (not named step-NNNNNNNN: renamed or copied by
-    hand): the job would resume from an older checkpoint, or start over, beside it without a word.
+    hand) that holds a step past the newest checkpoint's (folders.misnamed_passed_over): the job
+    would resume from an older checkpoint, or start over, beside it without a word.
     Checked before what the run directory's checkpoints say (a --continue-on would otherwise be
     told there is no checkpoint to go on from, or that the stretch is unfinished)."""
-    from shardrec.trainer.rundir.checkpoint.trust import misnamed_refusal
+    from shardrec.trainer.rundir.checkpoint.folders import misnamed_refusal
 
     line = misnamed_refusal(out_dir, "; or start over with --restart")
     if line is not None:

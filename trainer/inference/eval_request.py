@@ -23,18 +23,21 @@ from shardrec.trainer.distributed.devices import (
 from shardrec.trainer.job import data_options
 from shardrec.trainer.job.config import JobConfig, load_job_config
 from shardrec.trainer.rundir import names
+from shardrec.trainer.rundir.checkpoint.folders import (
+    misnamed_checkpoint_message,
+    misnamed_checkpoints,
+    misnamed_passed_over,
+    other_step_checkpoints,
+    other_step_message,
+    other_step_read,
+    torn_checkpoint,
+    torn_checkpoint_message,
+)
 from shardrec.trainer.rundir.checkpoint.readable import READ_ANOTHER, unreadable_problem
 from shardrec.trainer.rundir.checkpoint.trust import (
     UntrustedCheckpoint,
     complete_checkpoints,
-    misnamed_checkpoint_message,
-    misnamed_checkpoints,
-    other_step_checkpoints,
-    other_step_message,
-    other_step_read,
     refused_with_advice,
-    torn_checkpoint,
-    torn_checkpoint_message,
     verify_checkpoint,
 )
 from shardrec.trainer.rundir.life import trained_data
@@ -264,14 +267,15 @@ def find_checkpoint(run_dir: Path, step: int | None) -> tuple[int, Path]:
     # train names it, rather than another checkpoint read without a word.
     misnamed = misnamed_checkpoints(directory)
     unread = f"; {misnamed_checkpoint_message(misnamed[0])}" if misnamed else ""
-    if step is None and misnamed:
+    passed_over = misnamed_passed_over(directory) if step is None else []
+    if passed_over:
         instead = (
             f"; or evaluate or export the newest named one, {done[-1][1]}, with --checkpoint "
             f"{done[-1][0]}"
             if done
             else ""
         )
-        raise ValueError(misnamed_checkpoint_message(misnamed[0]) + instead)
+        raise ValueError(misnamed_checkpoint_message(passed_over[0]) + instead)
     other_step = _other_step_refusal(directory, done, step)
     if other_step:
         raise ValueError(other_step)

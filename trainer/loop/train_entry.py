@@ -86,7 +86,7 @@ def _join(
     )
     from shardrec.trainer.job.preflight import check_rank_job
     from shardrec.trainer.job.sections import DistConfig
-    from shardrec.trainer.rundir.checkpoint.trust import check_checkpoint_folders
+    from shardrec.trainer.rundir.checkpoint.folders import check_checkpoint_folders
     from shardrec.trainer.rundir.life import lifecycle
     from shardrec.trainer.rundir.life.continuation import check_continuing_job
 

@@ -60,6 +60,7 @@ from shardrec.trainer.rundir.checkpoint.failure import (
     describe_failure,
     saved_bytes,
 )
+from shardrec.trainer.rundir.checkpoint.folders import other_step_checkpoints, other_step_message
 from shardrec.trainer.rundir.checkpoint.parts import CheckpointParts, SavedCheckpoint
 from shardrec.trainer.rundir.checkpoint.readable import READ_ANOTHER
 from shardrec.trainer.rundir.checkpoint.signature import check_signature, check_step
@@ -98,6 +99,8 @@ class CheckpointManager:
         self.timeout_s = timeout_s
         self.kept_steps: set[int] = set()
         """Steps whose checkpoints pruning keeps (the ends of a run's stretches: one per day)."""
+        self._told: set[Path] = set()
+        """Folders named for another step that a prune has said it leaves (said once a job)."""
         # Every rank constructs the manager, so every rank joins this group (a collective call).
         self.group = (
             dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
@@ -208,7 +211,10 @@ class CheckpointManager:
         shutil.rmtree(old, ignore_errors=True)
 
     def _prune(self) -> None:
-        done = self.complete()
+        # A folder named for another step than it holds (copied or moved by hand) is the user's:
+        # counted, it would push one of the run's checkpoints out in its place, then go itself.
+        misnamed = dict(other_step_checkpoints(self.directory))
+        done = [(step, path) for step, path in self.complete() if path not in misnamed]
         for step, path in done[: max(0, len(done) - self.keep)]:
             if step not in self.kept_steps:
                 # Renamed out of the checkpoints' names first: a prune cut short (a kill while a
@@ -223,6 +229,21 @@ class CheckpointManager:
                 shutil.rmtree(doomed, ignore_errors=True)
         for path in self.directory.glob(".step-*.tmp"):
             shutil.rmtree(path, ignore_errors=True)
+        self._say_left(misnamed)
+
+    def _say_left(self, misnamed: dict[Path, int]) -> None:
+        """Name each folder of `misnamed` (folder -> the step it holds) that pruning left, once,
+        with the checkpoints it kept."""
+        kept = [str(step) for step, path in self.complete() if path not in misnamed]
+        for path, held in misnamed.items():
+            if path not in self._told:
+                self._told.add(path)
+                logger.warning(
+                    "%s; checkpoint.keep (%d) neither counts nor removes it (kept: steps %s)",
+                    other_step_message(path, held),
+                    self.keep,
+                    ", ".join(kept),
+                )
 
     def load_latest(self, skip: tuple[str, ...] = ()) -> int | None:
         """Load the newest complete checkpoint into the parts (but the main parts named in `skip`:

@@ -12,11 +12,8 @@ from shardrec.dataloader.util.files import atomic_write_bytes
 from shardrec.trainer.job.model_section import ModelConfig
 from shardrec.trainer.job.sections import OptimConfig
 from shardrec.trainer.rundir import names
-from shardrec.trainer.rundir.checkpoint.trust import (
-    REFUSED,
-    UntrustedCheckpoint,
-    other_step_message,
-)
+from shardrec.trainer.rundir.checkpoint.folders import other_step_message
+from shardrec.trainer.rundir.checkpoint.trust import REFUSED, UntrustedCheckpoint
 
 # Optimizer settings that decide what state a checkpoint holds: a change would drop or misread it.
 OPTIMIZER_KEYS = ("sparse", "dense")
@@ -98,7 +95,7 @@ def check_step(path: Path, step: int) -> None:
     """UntrustedCheckpoint unless the checkpoint at `path` holds the step its folder is named by:
     a folder of step 12 holding step 8's files (a copy, or an overwrite cut short) would resume at
     step 8, or be evaluated or exported as step 12, without a word. The launchers refuse such a
-    folder before any rank starts (trust.misnamed_refusal), in the same words."""
+    folder before any rank starts (folders.misnamed_refusal), in the same words."""
     match = names.CHECKPOINT_RE.match(path.name)
     if match and int(match.group(1)) != step:
         raise UntrustedCheckpoint(f"{other_step_message(path, step)}; {REFUSED}")

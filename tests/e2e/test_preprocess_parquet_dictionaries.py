@@ -44,9 +44,13 @@ hash_size = {size}
 )
 
 
-def _write(root: Path, cities: list, devs: list, rows: int = 300, **more: list) -> Path:
+def _write(
+    root: Path, cities: list, devs: list, rows: int = 300, group_rows: int | None = None,
+    from_dictionaries: bool = False, **more: list,
+) -> Path:  # fmt: skip
     """The same rows as a dictionary-encoded Parquet file and as a CSV (a null: an empty field).
-    more: other columns, whole."""
+    more: other columns, whole. from_dictionaries: city and dev written from Arrow dictionaries,
+    as pandas writes categoricals (each row group's dictionary is the whole one)."""
     log = {
         "click": [r % 2 for r in range(rows)],
         "city": [cities[r % len(cities)] for r in range(rows)],
@@ -54,7 +58,11 @@ def _write(root: Path, cities: list, devs: list, rows: int = 300, **more: list) 
         **more,
     }
     root.mkdir(exist_ok=True)
-    pq.write_table(pa.table(log), root / "log.parquet", use_dictionary=True)
+    table = pa.table(log)
+    for name in ("city", "dev") if from_dictionaries else ():
+        column = table.column(name).dictionary_encode()
+        table = table.set_column(table.schema.get_field_index(name), name, column)
+    pq.write_table(table, root / "log.parquet", use_dictionary=True, row_group_size=group_rows)
     with open(root / "log.csv", "w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(list(log))
@@ -112,6 +120,15 @@ def test_dictionary_columns_give_the_csvs_ids_past_2_to_the_53(tmp_path: Path) -
     row = readme["table_id"](readme["string_value"]("paris"), 2**62)
     assert row in ids["train/city"].tolist()
     assert readme["table_id"](0xA6077B6D0F0EC9AD, 2**62) in ids["train/dev"].tolist()
+
+
+def test_row_groups_of_one_dictionary_give_the_csvs_ids_in_each(tmp_path: Path) -> None:
+    """Written from dictionaries, every row group holds the same one (its entries decoded and
+    their ids made once, then taken again): each row group's rows get the CSV's ids, the
+    dictionary's empty entry and the nulls too."""
+    root = _write(tmp_path, CITIES, DEVS, group_rows=70, from_dictionaries=True)
+    assert pq.read_metadata(root / "log.parquet").num_row_groups == 5
+    _same_ids_as_csv(root, 2**62)
 
 
 def test_dictionary_columns_keep_raw_ids_and_a_null_is_the_missing_key(tmp_path: Path) -> None:

@@ -65,7 +65,7 @@ def dictionary_into(
             out[r, col], missing[r, col] = np.uint64(0), True
             continue
         d = indices[j]
-        out[r, col], missing[r, col] = values[d, 0], absent[d, 0]
+        out[r, col], missing[r, col] = values[d], absent[d]
         if codes[d] >= 0:
             _bad(reason, bad_field, r, codes[d], field)
 

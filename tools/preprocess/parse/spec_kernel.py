@@ -131,7 +131,11 @@ def categorical_value(buf, s, e, kind, escaped):
     if kind == STRING:
         return hash_string(buf, s, e, escaped), -1
     if kind == HEX:
-        v, ok = decode_hex(buf, s, e)
+        if e - s == 8:  # the usual width: one 64-bit word, not a branch per digit (~37 -> ~5 ns)
+            v, ok = hex8_swar(buf, s)
+            if ok:
+                return v, -1
+        v, ok = decode_hex(buf, s, e)  # and where the word is not 8 hex digits, which decide
         return v, (-1 if ok else BAD_HEX)
     v, ok = decode_id(buf, s, e)
     return np.uint64(v), (-1 if ok else BAD_INTEGER)

@@ -34,7 +34,7 @@ def dictionary_ids_into(
                                             features[j : j + 1], cardinalities, out[j : j + 1],
                                             offset)  # fmt: skip
         else:
-            ids, reserved = _entry_ids(column, int(cardinalities[slot]), out.dtype)
+            ids, reserved = _held_entry_ids(column, slot, int(cardinalities[slot]), out.dtype)
             gather_entry_ids(ids, column.indices, column.valid, column.at, rows, out, j,
                              offset)  # fmt: skip
             # Which row is the first to hold a reserved raw id is asked only of a dictionary
@@ -45,6 +45,25 @@ def dictionary_ids_into(
         if k >= 0 and (first < 0 or k * len(features) + j < first):
             first = k * len(features) + j
     return first
+
+
+_MADE: dict[int, tuple] = {}
+
+
+def _held_entry_ids(
+    column: DictionaryValues, slot: int, cardinality: int, dtype
+) -> tuple[np.ndarray, np.ndarray]:
+    """_entry_ids, a column's last ones given again for the same entries: the parser gives an
+    equal dictionary's entries (a row group's after another's, in a file written from
+    dictionaries) as the same arrays, which it never writes to again (parquet_rows._entries), so
+    `is` is an exact test here; held, they cannot be freed and their identity reused."""
+    held = _MADE.get(slot)
+    if held is not None and held[0] is column.values and held[1] is column.absent:
+        if held[2] == (cardinality, dtype):
+            return held[3], held[4]
+    ids, reserved = _entry_ids(column, cardinality, dtype)
+    _MADE[slot] = (column.values, column.absent, (cardinality, dtype), ids, reserved)
+    return ids, reserved
 
 
 def _entry_ids(column: DictionaryValues, cardinality: int, dtype) -> tuple[np.ndarray, np.ndarray]:

@@ -62,26 +62,34 @@ def test_dcnv2_takes_mixed_widths_and_dlrm_refuses_them() -> None:
 
 @pytest.mark.parametrize("autocast", [False, True])
 def test_the_dot_interaction_is_autograds_own_arithmetic_bit_for_bit(autocast: bool) -> None:
-    """PairwiseDots: the same forward and gradient bits as bmm(X, X^T)[:, rows, cols] under
-    autograd, in fp32 and under bf16 autocast (a change of rounding would move every run)."""
+    """PairwiseDots: the same forward and gradient bits as bmm(X, X^T)[:, rows, cols] of the
+    stacked rows under autograd, in fp32 and under bf16 autocast (there with a bf16 dense row
+    beside fp32 embeddings, as the model's): a change of rounding would move every run."""
     torch.manual_seed(0)
     width = 27
     rows, cols = torch.triu_indices(width, width, offset=1)
-    x = torch.randn(64, width, 16, requires_grad=True)
+    dense = torch.randn(64, 16, requires_grad=True)
+    sparse = [torch.randn(64, 16, requires_grad=True) for _ in range(width - 1)]
     grad = torch.randn(64, len(rows))
 
     def run(fn):
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            out = fn(x * 1.0)  # a non-leaf, as the stacked embeddings are
-        (dx,) = torch.autograd.grad(out, x, grad.to(out.dtype))
-        return out, dx
+            first = dense.to(torch.bfloat16) if autocast else dense * 1.0
+            out = fn([first] + [t * 1.0 for t in sparse])  # non-leaves, as in the model
+        grads = torch.autograd.grad(out, [dense, *sparse], grad.to(out.dtype))
+        return out, grads
 
-    ours = run(lambda t: models.PairwiseDots.apply(t, rows * width + cols))
-    autograds = run(lambda t: torch.bmm(t, t.transpose(1, 2))[:, rows, cols])
-    assert torch.equal(ours[0], autograds[0]) and torch.equal(ours[1], autograds[1])
-    x64 = torch.randn(3, 5, 4, dtype=torch.float64, requires_grad=True)
+    def autograds(inputs):
+        x = torch.stack(inputs, dim=1)
+        return torch.bmm(x, x.transpose(1, 2))[:, rows, cols]
+
+    ours = run(lambda inputs: models.PairwiseDots.apply(rows * width + cols, *inputs))
+    theirs = run(autograds)
+    assert torch.equal(ours[0], theirs[0])
+    assert all(torch.equal(a, b) for a, b in zip(ours[1], theirs[1]))
+    x64 = [torch.randn(3, 4, dtype=torch.float64, requires_grad=True) for _ in range(5)]
     r5, c5 = torch.triu_indices(5, 5, offset=1)
-    assert torch.autograd.gradcheck(lambda t: models.PairwiseDots.apply(t, r5 * 5 + c5), (x64,))
+    assert torch.autograd.gradcheck(lambda *t: models.PairwiseDots.apply(r5 * 5 + c5, *t), x64)
 
 
 def test_auto_compiles_large_dense_layers_on_cpu_only() -> None:

@@ -15,6 +15,7 @@ through torchrec.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import warnings
@@ -74,8 +75,9 @@ class SparseArch(nn.Module):
 
 
 class PairwiseDots(torch.autograd.Function):
-    """The upper triangle of X X^T per sample, X = [B, F, D], as [B, F(F-1)/2]: autograd's own
-    arithmetic, bit for bit, with less work around it.
+    """The upper triangle of X X^T per sample, X = [B, F, D] the F rows (each [B, D]) stacked, as
+    [B, F(F-1)/2]: autograd's own arithmetic on torch.stack's X, bit for bit, with less work
+    around it.
 
     Autograd's backward of bmm(X, X^T)[:, rows, cols] scatters the gradient with an accumulating
     index_put, runs one bmm per operand and adds the two through a transposed layout in its input
@@ -88,25 +90,37 @@ class PairwiseDots(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: object, stacked: torch.Tensor, upper: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(stacked, upper)  # type: ignore[attr-defined]
-        batch, width = stacked.shape[0], stacked.shape[1]
-        dots = torch.bmm(stacked, stacked.transpose(1, 2))
+    def forward(ctx: object, upper: torch.Tensor, *rows: torch.Tensor) -> torch.Tensor:
+        """`rows`: X's F rows, each [B, D] (the dense vector, then the embeddings)."""
+        # X is stacked in the dtype bmm computes in (bf16 under bf16 autocast, which would cast
+        # the stack's fp32 X in bmm: the same bits) and only that X is kept: a compiled bf16
+        # step writes one bf16 X, where stacking in fp32 wrote an fp32 X and two bf16 copies.
+        device = rows[0].device.type
+        low = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
+        x = torch.stack([r.to(low) for r in rows] if low else list(rows), dim=1)
+        ctx.save_for_backward(x, upper)  # type: ignore[attr-defined]
+        ctx.dtypes = [r.dtype for r in rows]  # type: ignore[attr-defined]
+        batch, width = x.shape[0], x.shape[1]
+        dots = torch.bmm(x, x.transpose(1, 2))
         return dots.reshape(batch, width * width).index_select(1, upper)
 
     @staticmethod
-    def backward(ctx: object, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        stacked, upper = ctx.saved_tensors  # type: ignore[attr-defined]
-        batch, width = stacked.shape[0], stacked.shape[1]
+    def backward(ctx: object, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        x, upper = ctx.saved_tensors  # type: ignore[attr-defined]
+        dtypes: list[torch.dtype] = ctx.dtypes  # type: ignore[attr-defined]
+        batch, width = x.shape[0], x.shape[1]
         full = grad.new_zeros(batch, width * width)
         full.index_copy_(1, upper, grad.contiguous())  # each position once: nothing to add up
         full = full.view(batch, width, width)
         # Under bf16 autocast the forward bmm ran on two bf16 copies of X, so autograd's two
-        # products are bf16, each made fp32 on its own before the sum; in fp32 .to() is a no-op.
-        x = stacked.to(grad.dtype)
-        dx = torch.bmm(full, x).to(stacked.dtype)
-        dx += torch.bmm(x.transpose(1, 2), full).transpose(1, 2).to(stacked.dtype)
-        return dx, None
+        # products are bf16, each made fp32 (the stack's dtype: the widest row's) on its own
+        # before the sum; in fp32 .to() is a no-op. Each row's gradient then takes its row's
+        # dtype, as the stack's backward would give it.
+        wide = functools.reduce(torch.promote_types, dtypes)
+        x = x.to(grad.dtype)
+        dx = torch.bmm(full, x).to(wide)
+        dx += torch.bmm(x.transpose(1, 2), full).transpose(1, 2).to(wide)
+        return None, *(d.to(dtype) for d, dtype in zip(dx.unbind(1), dtypes))
 
 
 class DotInteraction(nn.Module):
@@ -123,8 +137,7 @@ class DotInteraction(nn.Module):
         return dense_dim + int(self.upper.numel())
 
     def forward(self, dense: torch.Tensor, sparse: list[torch.Tensor]) -> torch.Tensor:
-        stacked = torch.stack([dense] + sparse, dim=1)  # [B, F + 1, D]
-        dots = PairwiseDots.apply(stacked, self.upper)
+        dots = PairwiseDots.apply(self.upper, dense, *sparse)
         return torch.cat([dense, dots], dim=1)
 
 

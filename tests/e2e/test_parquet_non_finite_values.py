@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from helpers import assert_one_line_error, cli
+from helpers import assert_one_line_error, cli, cli_process
 
 from shardrec.dataloader.format.manifest import Manifest
 from shardrec.dataloader.format.part_file import open_split
@@ -103,3 +103,22 @@ def test_a_decimal_column_read_as_dense_is_refused_saying_what_to_write(tmp_path
         "it to float64 where the file is written"
     )
     assert_one_line_error(refused, "^error: " + re.escape(said) + "$")
+
+
+def test_a_parquet_float_past_float32_is_refused_in_its_one_line_alone(tmp_path: Path):
+    """Before, numpy's "RuntimeWarning: overflow encountered in cast" and the source line under it
+    came first on stderr (a Parquet value reaches the message as a Python float, which numpy cast
+    to float32 to compare it with float32's largest): three lines, two of them about our code."""
+    price = [i + 0.5 for i in range(60)] + [1e300]
+    pq.write_table(pa.table({"rating": [i % 5 + 1 for i in range(61)], "price": price,
+                             "site": ["s"] * 61}), tmp_path / "log.parquet")  # fmt: skip
+    (tmp_path / "s.toml").write_text(
+        SPEC.replace('type = "float"', 'type = "float"\ntransform = "none"')
+    )
+    refused = cli_process(["preprocess", "log.parquet", "--spec", "s.toml", "--out", "o"],
+                          tmp_path, ok=False)  # fmt: skip
+    assert_one_line_error(
+        refused,
+        r"^error: log\.parquet: row 61: price: 1e\+300 is past what float32 holds with transform "
+        r'none: it would train as infinity; give price transform = "signed-log1p" in the spec$',
+    )

@@ -131,6 +131,47 @@ def test_row_groups_of_one_dictionary_give_the_csvs_ids_in_each(tmp_path: Path) 
     _same_ids_as_csv(root, 2**62)
 
 
+def test_row_groups_whose_dictionaries_differ_only_in_order_or_one_entry_give_the_csvs_ids(
+    tmp_path: Path,
+) -> None:
+    """Row groups of one size whose dictionaries differ from the last one's only in their order or
+    in one entry (as files appended to by other writers hold): each is decoded anew, not taken
+    for the one before it (whose entries' ids are kept for an equal one), and an equal one after
+    a different one is taken again from its own entries."""
+    cities = [["paris", "tokyo", "berlin", ""], ["tokyo", "paris", "berlin", ""],
+              ["tokyo", "paris", "lyon", ""], ["paris", "tokyo", "berlin", ""]]  # fmt: skip
+    devs = [["0a", "ff", "c0ffee0000000001", "A6077B6D"], ["ff", "0a", "c0ffee0000000001",
+            "A6077B6D"], ["ff", "0a", "c0ffee0000000002", "a6077b6d"], ["0a", "ff",
+            "c0ffee0000000001", "A6077B6D"]]  # fmt: skip
+    rows = 40
+    root = _write(tmp_path, ["x"], ["0"], rows=rows * len(cities))  # the CSV, rewritten below
+    log: dict[str, list] = {"click": [], "city": [], "dev": []}
+    with pq.ParquetWriter(root / "log.parquet", pa.schema([("click", pa.int64()),
+                          ("city", pa.dictionary(pa.int32(), pa.string())),
+                          ("dev", pa.dictionary(pa.int32(), pa.string()))])) as w:  # fmt: skip
+        for city, dev in zip(cities, devs):
+            idx = [None if r % 9 == 0 else (r * 7) % 4 for r in range(rows)]
+            column = {n: pa.DictionaryArray.from_arrays(pa.array(idx, pa.int32()), pa.array(d))
+                      for n, d in (("city", city), ("dev", dev))}  # fmt: skip
+            w.write_table(pa.table({"click": [r % 2 for r in range(rows)], **column}))
+            log["click"] += [r % 2 for r in range(rows)]
+            log["city"] += [None if i is None else city[i] for i in idx]
+            log["dev"] += [None if i is None else dev[i] for i in idx]
+    assert pq.read_metadata(root / "log.parquet").num_row_groups == len(cities)
+    with open(root / "log.csv", "w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(list(log))
+        w.writerows(
+            [
+                ["" if log[c][r] is None else log[c][r] for c in log]
+                for r in range(len(log["click"]))
+            ]
+        )
+    # ids past 2^53 and raw ids: uint64 columns, as _same_ids_as_csv compares them
+    _same_ids_as_csv(root, 2**62)
+    _same_ids_as_csv(root, 1000, "--raw-ids", "all")
+
+
 def test_dictionary_columns_keep_raw_ids_and_a_null_is_the_missing_key(tmp_path: Path) -> None:
     """--raw-ids: the values as written (past 2^53), and a null is the empty field's raw id
     (2^63), as in the CSV, not 0, which is a real id."""

@@ -174,7 +174,9 @@ def non_finite_error(
         if opts.parser.program
         else "preprocess with --dense-transform signed-log1p"
     )
-    fits_float32 = abs(e.value) <= np.finfo(np.float32).max
+    # As Python floats: numpy casts a Python float compared with a float32 to float32, which
+    # printed an overflow warning above this line for a Parquet value past it (1e300).
+    fits_float32 = abs(float(e.value)) <= float(np.finfo(np.float32).max)
     fix = f"drop --float16, or {log}" if opts.dense_dtype == "float16" and fits_float32 else log
     return UnstorableValueError(
         f"{where}: {name}: {e.value:g} is past what {opts.dense_dtype} holds with "

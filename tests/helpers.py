@@ -487,11 +487,12 @@ def final_weights(run_dir: Path, part: str = "model") -> dict:
     return state
 
 
-def tensorboard_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    """RUN/tensorboard as TensorBoard shows it: each scalar tag's (step, value) points."""
+def tensorboard_scalars(run_dir: Path, run: str = "") -> dict[str, list[tuple[int, float]]]:
+    """RUN/tensorboard as TensorBoard shows it: each scalar tag's (step, value) points, of its
+    run folder `run` (RUN/tensorboard/RUN; "": the events in RUN/tensorboard itself)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events = EventAccumulator(str(run_dir / "tensorboard" / run))
     events.Reload()
     return {
         tag: [(e.step, round(e.value, 6)) for e in events.Scalars(tag)]

@@ -222,9 +222,14 @@ def applied_spec(manifest: Manifest, directory: str | Path = "") -> FeatureSpec 
     vocabularies') and a manifest without one size per sparse feature keep the spec as recorded;
     so does a spec the sizes would make invalid (columns sharing one table given two sizes), whose
     sizes then go back as --max-ids (tools/preprocess/settings.py, flags_to_repeat)."""
-    spec = manifest_spec(manifest, directory)
-    sizes = manifest.options.get("max_ids")
-    if spec is None or manifest.options.get("mode") == "vocab" or not isinstance(sizes, list):
+    return sized_spec(manifest_spec(manifest, directory), manifest.options)
+
+
+def sized_spec(spec: FeatureSpec | None, options: dict) -> FeatureSpec | None:
+    """applied_spec of a spec and the preprocessing options it was applied with (a manifest's, or
+    a run's copy of them in RUN/dataset.json, which outlives its data)."""
+    sizes = options.get("max_ids")
+    if spec is None or options.get("mode") == "vocab" or not isinstance(sizes, list):
         return spec
     if len(sizes) == 1:
         sizes = sizes * len(spec.sparse)

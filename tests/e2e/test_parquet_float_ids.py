@@ -1,8 +1,9 @@
 """A Parquet float column of ids, as pandas writes an integer column that has nulls (float64:
 int64 has no null), read by an integer categorical: each whole number is the integer it is, so a
 log gives the ids it gives written as integers or as CSV (`66740.0`); a float that is no id (a
-fraction, a NaN, an infinity, a value past 2^53, where floats skip integers) is a malformed row
-named by file, row, column and value."""
+fraction, a NaN, an infinity, a value at or past the float type's last exact integer, where floats
+skip integers: 2^53 for float64, 2^24 for float32, 2^11 for float16) is a malformed row named by
+file, row, column and value."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
 from helpers import assert_one_line_error, cli
 
 from shardrec.dataloader.format.manifest import Manifest
@@ -95,6 +99,53 @@ def test_a_float_that_is_no_id_is_a_malformed_row_naming_file_row_column_and_val
         cli(*strict, ok=False),
         rf"^error: {where}: row 2: item_id: 66740.5 \(bad_integer\); item_id reads whole numbers, "
         r"a missing value as null: correct the row, write item_id as integers \(pandas: "
-        r'\.astype\("Int64"\); a float is an id only as a whole number below 2\^53, past which '
+        r'\.astype\("Int64"\); a float64 is an id only as a whole number below 2\^53, from which '
         r"floats skip integers\), or leave out --strict to skip such rows",
     )
+
+
+def _narrow_log(dtype: str, bound: int) -> pa.Table:
+    """10 ids from a narrow float's bound (rows 1-10), then 50 below it."""
+    ids = np.concatenate([bound + np.arange(10), bound - 50 + np.arange(50)])
+    return pa.table({"click": np.arange(60) % 2, "item_id": pa.array(ids.astype(dtype))})
+
+
+@pytest.mark.parametrize("dtype,bits", [("float32", 24), ("float16", 11)])
+def test_a_narrow_float_id_at_its_types_bound_is_refused_not_merged(tmp_path, dtype, bits):
+    # float32 holds every integer only below 2^24 (16777217 is written 16777216.0), float16 below
+    # 2^11: the bound was float64's 2^53, and ids past the narrow one, which may have been
+    # rounded into one another, were kept silently (a float32 log of 300 ids from 2^24 - 5 kept
+    # all its rows and gave 153 items).
+    where, bound = tmp_path / f"{dtype}.parquet", 2**bits
+    pq.write_table(_narrow_log(dtype, bound), where)
+    spec, out = _spec(tmp_path, "parquet"), tmp_path / "o"
+    res = json.loads(cli("preprocess", where, "--spec", spec, "--out", out,
+                         "--max-skipped-fraction", "0.2", "--json").stdout)  # fmt: skip
+    assert res["rows_skipped"] == {"bad_integer": 10}
+    assert res["first_errors"][0] == f"{where}: row 1: item_id: {float(bound)} (bad_integer)"
+    assert sum(res["rows_kept"].values()) == len(_ids(out)) == 50
+    assert_one_line_error(
+        cli("preprocess", where, "--spec", spec, "--out", tmp_path / "s", "--strict", ok=False),
+        rf"^error: {where}: row 1: item_id: {float(bound)} \(bad_integer\); .* a {dtype} is an id "
+        rf"only as a whole number below 2\^{bits}, from which floats skip integers\)",
+    )
+
+
+@pytest.mark.parametrize("dtype,bits", [("float32", 24), ("float16", 11)])
+def test_spec_infer_proposes_narrow_float_ids_as_integers_only_below_their_types_bound(
+    tmp_path, dtype, bits
+):
+    # Proposed as integer ids up to 2^53 whatever the float's width: preprocess now refuses them.
+    below = pa.table({"click": np.arange(60) % 2,
+                      "item_id": pa.array((np.arange(60) + 2**bits - 61).astype(dtype))})  # fmt: skip
+    pq.write_table(below, tmp_path / "below.parquet")
+    proposed = cli("spec", "infer", tmp_path / "below.parquet", "--label", "click")
+    assert proposed.stderr == ""
+    assert 'name = "item_id"\nrole = "categorical"\nkind = "integer"' in proposed.stdout
+    pq.write_table(_narrow_log(dtype, 2**bits), tmp_path / "at.parquet")
+    proposed = cli("spec", "infer", tmp_path / "at.parquet", "--label", "click")
+    assert proposed.stderr.startswith(
+        f"warning: {tmp_path / 'at.parquet'}: item_id ({dtype}: exact only below 2^{bits}): whole "
+        "numbers at or past that bound stored as floats under an id's name"
+    )
+    assert 'name = "item_id"\nrole = "dense"' in proposed.stdout

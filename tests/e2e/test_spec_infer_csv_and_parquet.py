@@ -105,8 +105,8 @@ def test_ids_that_pandas_wrote_as_floats_are_proposed_as_the_integer_categorical
     log.to_parquet(tmp_path / "large.parquet", index=False)
     proposed = cli("spec", "infer", tmp_path / "large.parquet", "--label", "click")
     assert proposed.stderr.startswith(
-        f"warning: {tmp_path / 'large.parquet'}: item_id: whole numbers past 2^53 stored as floats "
-        "under an id's name"
+        f"warning: {tmp_path / 'large.parquet'}: item_id (float64: exact only below 2^53): whole "
+        "numbers at or past that bound stored as floats under an id's name"
     )
     assert 'name = "item_id"\nrole = "dense"' in proposed.stdout
 

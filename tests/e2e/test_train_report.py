@@ -175,3 +175,39 @@ def test_a_run_that_went_on_draws_each_days_progressive_validation_and_test_apar
         ("test of days/1", [120, 146], [0.65, 0.66]),
         ("test of days/2", [190], [0.70]),
     ]
+
+
+def test_json_figures_name_the_data_they_were_measured_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A run of two days (--continue-on): --json's final_auc ({"test": 0.70}) said nothing of
+    # which day's test split it measured, though the curves name each day's. Now it names it,
+    # and each day's own figures are listed with their data.
+    records = [
+        {"kind": "train", "step": 100, "loss": 0.6, "samples_per_s": 900.0},
+        {"kind": "eval", "step": 100, "split": "val", "auc": 0.61, "final": True},
+        {"kind": "eval", "step": 100, "split": "test", "auc": 0.67, "final": True},
+        {"kind": "pv", "step": 100, "stretch": 1, "split": "train", "auc": 0.65},
+        {"kind": "eval", "step": 190, "split": "test", "auc": 0.70, "final": True},
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (tmp_path / "dataset.json").write_text(json.dumps({"path": str(tmp_path / "days" / "1")}))
+    monkeypatch.chdir(tmp_path)
+    single = json.loads(runner.invoke(app, ["report", str(tmp_path), "--json"]).stdout)
+    # never continued: the one dataset's (RUN/dataset.json)
+    assert single["final_auc"] == {"val": 0.61, "test": 0.70}
+    assert single["final_auc_data"] == "days/1" and single["stretches"] == []
+    bounds = ((0, 100), (100, 190))
+    write_stretches(
+        tmp_path,
+        [Stretch(i, str(tmp_path / "days" / str(i)), "", a, b) for i, (a, b) in enumerate(bounds)],
+    )
+    shown = json.loads(runner.invoke(app, ["report", str(tmp_path), "--json"]).stdout)
+    # day 1 evaluated no val split: day 0's val AUC is not given as the run's final one
+    assert shown["final_auc"] == {"test": 0.70} and shown["final_auc_data"] == "days/1"
+    assert shown["stretches"] == [
+        {"data": "days/0", "first_step": 0, "last_step": 100,
+         "final_auc": {"val": 0.61, "test": 0.67}, "pv_auc": {}},
+        {"data": "days/1", "first_step": 100, "last_step": 190,
+         "final_auc": {"test": 0.70}, "pv_auc": {"train": 0.65}},
+    ]  # fmt: skip

@@ -162,6 +162,27 @@ def test_a_day_of_a_spec_inferred_again_is_refused_naming_its_column_and_the_run
     )
 
 
+def test_the_runs_spec_is_shown_from_the_run_once_its_day_is_gone(tmp_path):
+    # With day0's folder removed, the refusal still said "`shardrec spec show .../day0` prints
+    # it", a command that fails ("no manifest.json"). The run keeps its data's spec in
+    # RUN/dataset.json: the refusal names the run, and `spec show RUN` prints that spec.
+    run = _inferred_days(tmp_path, raw=())
+    shutil.rmtree(tmp_path / "day0")
+    day1 = tmp_path / "day1"
+    goes_on = CliRunner().invoke(app, ["train", "--out-dir", str(run), "--continue-on", str(day1)])
+    assert_one_line_error(
+        goes_on,
+        r"; preprocess the new data as the old \(the same spec and --raw-ids; "
+        rf"`shardrec spec show {run}` prints it\)$",
+    )
+    shown = CliRunner().invoke(app, ["spec", "show", str(run)])
+    assert shown.exit_code == 0, shown.output
+    assert shown.stdout.startswith(f"# The spec of the data {run} trained on last ({tmp_path}")
+    assert 'name = "f1"\nrole = "categorical"\nkind = "integer"\nhash_size = 6000' in shown.stdout
+    # a directory that is neither a dataset nor a run: the dataset's error, as before
+    assert_one_line_error(CliRunner().invoke(app, ["spec", "show", str(tmp_path)]), "manifest")
+
+
 @pytest.mark.parametrize("trained_day", ["kept", "removed"])
 def test_a_day_whose_raw_id_column_has_another_hash_size_goes_on(
     tmp_path, monkeypatch, trained_day

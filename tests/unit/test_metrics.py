@@ -11,7 +11,12 @@ import torch
 from helpers import tensorboard_scalars
 
 from shardrec.trainer.loop.metrics import auc, binary_metrics
-from shardrec.trainer.rundir.metrics_log import MetricsWriter, auc_text, read_metrics
+from shardrec.trainer.rundir.metrics_log import (
+    MetricsWriter,
+    auc_text,
+    read_metrics,
+    tensorboard_dir,
+)
 
 
 def _pairwise_auc(scores: np.ndarray, labels: np.ndarray) -> float:
@@ -112,6 +117,23 @@ def test_a_resumed_run_replaces_the_tensorboard_steps_written_after_its_checkpoi
     scalars = tensorboard_scalars(tmp_path)
     assert scalars["train/loss"] == [(5, 0.5), (10, 0.3)]
     assert scalars["eval/val/auc"] == [(10, 0.75)]
+
+
+def test_each_stretch_of_a_run_that_went_on_has_its_own_tensorboard_run(
+    tmp_path, monkeypatch
+) -> None:
+    # A run continued on days/1 wrote day 1's evaluations under day 0's tags, in day 0's folder:
+    # TensorBoard drew eval/test/auc as one line from day 0's test split to day 1's.
+    for stretch, step, value in ((0, 10, 0.65), (1, 20, 0.70)):
+        writer = MetricsWriter(tmp_path, stretch=stretch, data=str(tmp_path / "days" / "1"))
+        writer.write({"kind": "eval", "split": "test", "step": step, "auc": value})
+        writer.close()
+    assert tensorboard_scalars(tmp_path) == {"eval/test/auc": [(10, 0.65)]}
+    folder = "stretch-1-days-1"
+    assert tensorboard_scalars(tmp_path, folder) == {"eval/test/auc": [(20, 0.7)]}
+    # the same folder from the path as given and as a resume of the stretch reads it (absolute)
+    monkeypatch.chdir(tmp_path)
+    assert tensorboard_dir(tmp_path, 1, "days/1") == tmp_path / "tensorboard" / folder
 
 
 @pytest.mark.parametrize("label", [0.0, 1.0])

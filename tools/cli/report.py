@@ -13,6 +13,7 @@ from rich.markup import escape
 from shardrec.tools.cli.common import fail, print_json, save_figure
 from shardrec.tools.console import console, err_console
 from shardrec.trainer.rundir.life.stretches import Stretch, read_stretches
+from shardrec.trainer.rundir.life.trained_data import read_dataset_record
 from shardrec.trainer.rundir.metrics_log import current_records, load_metrics
 
 
@@ -37,19 +38,22 @@ def _eval_curves(
     splits = sorted({r["split"] for r in records if r.get("kind") == "eval"})
     if len(stretches) < 2:
         return [(s, *_series(records, "eval", key, s)) for s in splits]
-    # A stretch's evaluations are those past its first step (the one at that step ended the
-    # stretch before).
-    ends = [s.first_step for s in stretches[1:]]
     curves = []
     for split in splits:
         steps, values = _series(records, "eval", key, split)
         for i, stretch in enumerate(stretches):
             mine = [
-                (step, v) for step, v in zip(steps, values) if bisect.bisect_left(ends, step) == i
+                (step, v) for step, v in zip(steps, values) if _stretch_of(step, stretches) == i
             ]
             label = f"{split} of {_data_name(stretch.data)}"
             curves.append((label, [s for s, _ in mine], [v for _, v in mine]))
     return curves
+
+
+def _stretch_of(step: int, stretches: Sequence[Stretch]) -> int:
+    """The index of the stretch an evaluation at `step` measured: the one past whose first step it
+    is (the evaluation at that step ended the stretch before)."""
+    return bisect.bisect_left([s.first_step for s in stretches[1:]], step)
 
 
 def _data_name(path: str) -> str:
@@ -145,6 +149,46 @@ def plot_run(
     return {name: [label for label, _, _ in curves] for name, curves in panels}
 
 
+def _aucs(records: list[dict[str, Any]]) -> dict[str, float | None]:
+    """{split: AUC} of these records, the later of a split's winning; NaN (a split whose labels
+    are of one class) is no JSON number: None."""
+    return {r["split"]: round(r["auc"], 4) if r["auc"] == r["auc"] else None for r in records}
+
+
+def final_figures(
+    records: list[dict[str, Any]], stretches: Sequence[Stretch], dataset: dict[str, Any] | None
+) -> dict[str, Any]:
+    """`--json`'s figures, each with the data it was measured on, as the curves name it: each
+    stretch of a run that went on (--continue-on) evaluated its own data's splits, so a final AUC
+    without its data's name reads as the first day's. `dataset`: RUN/dataset.json (the data of a
+    run never continued; None where the run has none).
+
+    Returns final_auc ({split: AUC} of the final evaluations of the newest stretch that made
+    any), final_auc_data (that stretch's data) and stretches (each stretch's data, steps, final
+    AUC and progressive validation AUC; empty for a run never continued)."""
+    finals = [r for r in records if r.get("kind") == "eval" and r.get("final")]
+    per_stretch = [
+        {
+            "data": _data_name(s.data),
+            "first_step": s.first_step,
+            "last_step": s.last_step,
+            "final_auc": _aucs([r for r in finals if _stretch_of(int(r["step"]), stretches) == i]),
+            "pv_auc": _aucs(
+                [r for r in records if r.get("kind") == "pv" and r.get("stretch") == i]
+            ),
+        }
+        for i, s in enumerate(stretches)
+    ]
+    newest = next((s for s in reversed(per_stretch) if s["final_auc"]), None)
+    if newest is not None:
+        final, data = newest["final_auc"], newest["data"]
+    else:  # a run never continued: its one dataset (a continued one's finals lie in a stretch)
+        final = _aucs(finals)
+        path = dataset.get("path") if dataset else None
+        data = _data_name(str(path)) if final and path else None
+    return {"final_auc": final, "final_auc_data": data, "stretches": per_stretch}
+
+
 def report(
     run_dir: Annotated[Path, typer.Argument(help="Run directory written by `shardrec train`.")],
     out: Annotated[
@@ -159,12 +203,6 @@ def report(
         panels = plot_run(records, target, str(run_dir), read_stretches(run_dir))
     except ValueError as e:
         fail(f"{run_dir}: {e}" if str(run_dir) not in str(e) else str(e))
-    final = {
-        # NaN (a split whose labels are of one class) is no JSON number: null.
-        r["split"]: round(r["auc"], 4) if r["auc"] == r["auc"] else None
-        for r in records
-        if r.get("kind") == "eval" and r.get("final")
-    }
     empty = [] if _series(records, "train", "loss")[0] else ["train loss"]
     result = {
         "png": str(target),
@@ -172,7 +210,7 @@ def report(
         "curves": panels,
         "empty_panels": empty,
         "records": len(records),
-        "final_auc": final,
+        **final_figures(records, read_stretches(run_dir), read_dataset_record(run_dir)),
     }
     if json_out:
         print_json(result)

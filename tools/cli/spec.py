@@ -101,7 +101,11 @@ def _summary(spec) -> str:
 
 def show(
     dataset: Annotated[
-        Path, typer.Argument(help="A preprocessed dataset directory (with manifest.json).")
+        Path,
+        typer.Argument(
+            help="A preprocessed dataset directory (with manifest.json), or a run directory: the "
+            "spec of the data it trained on last, which it keeps when that data is gone."
+        ),
     ],
 ) -> None:
     """Print the spec a dataset was preprocessed with (the built-in Criteo spec where none was
@@ -113,8 +117,7 @@ def show(
     ...), to pass again. An event-log dataset (preprocess --events) shows its event spec.
     """
     from shardrec.dataloader.spec.feature_spec import SpecError
-    from shardrec.dataloader.spec.spec_file import applied_spec, spec_to_toml
-    from shardrec.tools.preprocess.settings import flags_to_repeat
+    from shardrec.dataloader.spec.spec_file import applied_spec
 
     try:
         manifest = Manifest.load(dataset)
@@ -122,18 +125,53 @@ def show(
             _show_event_spec(dataset, manifest)
             return
         spec = applied_spec(manifest, dataset)
-    except (DatasetError, SpecError) as e:
+    except DatasetError as e:
+        _show_run_spec(dataset, str(e))
+        return
+    except SpecError as e:
         fail(str(e))
     if spec is None:
         fail(f"{dataset}: made without `shardrec preprocess` (no spec recorded)")
-    notes = []
-    flags = flags_to_repeat(manifest.options, spec)
+    _print_spec(spec, manifest.options)
+
+
+def _show_run_spec(run_dir: Path, not_data: str) -> None:
+    """`spec show RUN`: the spec of the data the run trained on last, from RUN/dataset.json;
+    `not_data`: the error of RUN read as a dataset, said where it is no run directory either."""
+    from shardrec.dataloader.spec.feature_spec import SpecError
+    from shardrec.trainer.rundir.life.trained_data import run_data_spec
+
+    try:
+        found = run_data_spec(run_dir)
+    except SpecError as e:
+        fail(str(e))
+    if found is None:
+        fail(not_data)
+    spec, record = found
+    if spec is None:
+        fail(
+            f"{run_dir}: its data ({record.get('path')}) was preprocessed without a feature spec "
+            "(Criteo's built-in columns), or the run's record of it keeps none: `shardrec spec "
+            "show DATA` shows a dataset's"
+        )
+    trained = f"The spec of the data {run_dir} trained on last ({record.get('path')})."
+    _print_spec(spec, record.get("preprocessing", {}), [trained])
+
+
+def _print_spec(spec, options: dict, notes: list[str] | None = None) -> None:
+    """The spec as TOML, after the notes on what it cannot hold (`options`: the preprocessing
+    options it was applied with)."""
+    from shardrec.dataloader.spec.spec_file import spec_to_toml
+    from shardrec.tools.preprocess.settings import flags_to_repeat
+
+    notes = list(notes or [])
+    flags = flags_to_repeat(options, spec)
     if flags:
         notes.append(
             "Preprocessed with options a spec cannot hold: to make the same dataset, pass them "
             f"again with --spec THIS:\n  {' '.join(flags)}"
         )
-    source = manifest.options.get("multihot", {}).get("source")
+    source = options.get("multihot", {}).get("source")
     if source:
         notes.append(
             f"A multi-hot copy of {source}: this spec makes that source; `shardrec data "

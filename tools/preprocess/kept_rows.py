@@ -27,6 +27,7 @@ from shardrec.dataloader.spec.feature_spec import FeatureSpec
 from shardrec.tools.preprocess.ids.id_maps import MISSING_ID, OOV_ID
 from shardrec.tools.preprocess.infer.label_infer import spec_label_rule
 from shardrec.tools.preprocess.inputs import RowsRefused
+from shardrec.tools.preprocess.parse.parquet_schema import float_width
 from shardrec.tools.preprocess.parse.text_parser import TextParser
 from shardrec.tools.preprocess.parts.feature_stats import compute_feature_stats
 from shardrec.tools.preprocess.settings import PreprocessConfig
@@ -102,7 +103,12 @@ def refusal_advice(
     said = label_advice(parser, Path(row.path)) if "bad_label" in skipped else ""
     if said or (skip is None and row.reason in ("too_few_fields", "too_many_fields")):
         return said
-    return row_advice(row.reason, row.field, spec, parser.parquet is not None, skip or "")
+    parquet = parser.parquet is not None
+    # The bound of an id read from floats is the file's float type's (float32: 2^24).
+    bits = (
+        float_width(Path(row.path), row.field) if parquet and row.reason == "bad_integer" else None
+    )
+    return row_advice(row.reason, row.field, spec, parquet, skip or "", bits or 64)
 
 
 def _add(into: dict[str, int], counts: dict[str, int]) -> None:

@@ -268,6 +268,15 @@ def _resume(job: Job) -> int | None:
     return resumed
 
 
+def _metrics_writer(job: Job, resumed_at: int | None) -> MetricsWriter:
+    """Rank 0's writer of the run's records, its TensorBoard events in the current stretch's own
+    run folder (metrics_log.tensorboard_dir)."""
+    p = job.progress
+    return MetricsWriter(
+        job.run_dir, resumed_at=resumed_at, stretch=p.stretch, data=str(job.config.data.path)
+    )
+
+
 def run_job(job: Job) -> dict[str, Any]:
     """Train (resuming from the newest checkpoint in the run directory if there is one),
     evaluate, checkpoint; returns the summary (meaningful on rank 0)."""
@@ -295,7 +304,7 @@ def run_job(job: Job) -> dict[str, Any]:
     # A resumed run (or stretch) writes again the steps after its checkpoint that a killed run
     # had written: TensorBoard is told to drop those.
     resumed_at = job.progress.step if resumed is not None or job.continuing else None
-    writer = MetricsWriter(job.run_dir, resumed_at=resumed_at) if job.env.is_main else None
+    writer = _metrics_writer(job, resumed_at) if job.env.is_main else None
     reporter = TrainReporter(
         writer,
         total_steps=total,

@@ -21,10 +21,17 @@ class MetricsWriter:
     eval/test/auc), so that two splits evaluated at one step are two curves, not one zig-zag.
     resumed_at: the step a resumed run restarts from; TensorBoard hides the events a killed
     run wrote after it (SummaryWriter's purge_step), as the resumed run writes those steps again.
+    stretch, data: the run's current stretch (`--continue-on`) and its data's path, whose
+    TensorBoard events go to a run folder of their own (tensorboard_dir).
     """
 
     def __init__(
-        self, run_dir: Path, tensorboard: bool = True, resumed_at: int | None = None
+        self,
+        run_dir: Path,
+        tensorboard: bool = True,
+        resumed_at: int | None = None,
+        stretch: int = 0,
+        data: str = "",
     ) -> None:
         self.path = run_dir / names.METRICS
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -37,7 +44,8 @@ class MetricsWriter:
                 pass
             else:
                 purge = None if resumed_at is None else resumed_at + 1
-                self._tb = SummaryWriter(str(run_dir / names.TENSORBOARD), purge_step=purge)
+                where = tensorboard_dir(run_dir, stretch, data)
+                self._tb = SummaryWriter(str(where), purge_step=purge)
 
     def write(self, record: dict[str, Any]) -> None:
         line = json.dumps(record, sort_keys=True) + "\n"
@@ -63,6 +71,21 @@ class MetricsWriter:
         self._file.close()
         if self._tb is not None:
             self._tb.close()
+
+
+def tensorboard_dir(run_dir: Path, stretch: int, data: str) -> Path:
+    """Where a stretch's TensorBoard events go: RUN/tensorboard for the first (every run that
+    never went on), RUN/tensorboard/stretch-N-DATA for stretch N (DATA: its data folder's last two
+    parts, `stretch-1-days-1` for days/1). Each stretch evaluates its own data's splits: in one
+    folder, day 0's test AUC and day 1's were one line per tag, read as one split's trend;
+    TensorBoard draws each run folder as a line of its own, as `shardrec report` draws each
+    stretch's curve. The name is the same from the path as given (`--continue-on days/1`) and as
+    a resume reads it (absolute)."""
+    root = Path(run_dir) / names.TENSORBOARD
+    if stretch == 0:
+        return root
+    parts = Path(data).resolve().parts[-2:]
+    return root / "-".join(["stretch", str(stretch), *(p for p in parts if p != "/")])
 
 
 def append_record(run_dir: Path, record: dict[str, Any]) -> None:

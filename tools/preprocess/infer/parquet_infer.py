@@ -90,22 +90,27 @@ def _parquet_column(name: str, kind: str, values: list, rows: int) -> tuple[Colu
     ), f"{kind}: not a feature as it is (derive one, e.g. an hour or a day)"
 
 
-def _float_ids(name: str, kind: str, values: list, past_floats: bool = False) -> bool:
+def _float_ids(name: str, kind: str, values: list, exact: int, past_floats: bool = False) -> bool:
     """Whether a float column holds whole numbers under an id's name (`_id`, C<n>): ids that
-    pandas wrote as floats because the column has nulls (int64 has no null), all below 2^53, or
-    with `past_floats` some past it (where floats skip integers: an integer categorical refuses
+    pandas wrote as floats because the column has nulls (int64 has no null), all below 2^exact
+    (the column's type's last exact integer, parquet_schema.FLOAT_EXACT_BITS), or with
+    `past_floats` some at or past it (where floats skip integers: an integer categorical refuses
     them)."""
     if kind != "float" or not code_name(name) or not values:
         return False
     if not all(float(v).is_integer() for v in values):
         return False
-    return any(abs(v) >= 2**53 for v in values) == past_floats
+    return any(abs(v) >= 2**exact for v in values) == past_floats
 
 
-def rounded_ids_advice(names: list[str]) -> str:
-    """The warning for id-named float columns of whole numbers past 2^53 (_float_ids)."""
+def rounded_ids_advice(columns: list[tuple[str, int, int]]) -> str:
+    """The warning for id-named float columns of whole numbers at or past their type's last exact
+    integer (_float_ids), each given as (name, its float's bit width, that integer's power of 2)."""
+    named = ", ".join(
+        f"{n} (float{bits}: exact only below 2^{exact})" for n, bits, exact in columns
+    )
     return (
-        f"{', '.join(names)}: whole numbers past 2^53 stored as floats under an id's name (pandas "
+        f"{named}: whole numbers at or past that bound stored as floats under an id's name (pandas "
         "writes an integer column that has nulls as float64): floats skip integers there, so ids "
         "that large may have been rounded as they became floats; proposed dense: keep the column "
         'integers where it is written (pandas: the nullable "Int64" dtype) and infer again'
@@ -132,7 +137,11 @@ def infer_parquet_spec(
     what does not fit."""
     import pyarrow.parquet as pq
 
-    from shardrec.tools.preprocess.parse.parquet_schema import kind_of
+    from shardrec.tools.preprocess.parse.parquet_schema import (
+        FLOAT_EXACT_BITS,
+        float_bits,
+        kind_of,
+    )
 
     try:
         f = pq.ParquetFile(path)
@@ -172,12 +181,14 @@ def infer_parquet_spec(
                 f": 1 where {name} >= {exact(threshold)}" if threshold is not None else ""
             )
             continue
-        if name != label_name and _float_ids(name, kind, values):
+        width = float_bits(schema.field(name).type) or 64
+        bound = FLOAT_EXACT_BITS[width]
+        if _float_ids(name, kind, values, bound):
             column, notes[name] = _float_ids_column(name, values, count)
         else:
             column, notes[name] = _parquet_column(name, kind, values, count)
-        if name != label_name and _float_ids(name, kind, values, past_floats=True):
-            rounded.append(name)
+        if _float_ids(name, kind, values, bound, past_floats=True):
+            rounded.append((name, width, bound))
         if name in ("label", "dense"):  # a feature cannot take a part's own column names
             column, notes[name] = (
                 IgnoredColumn(name),

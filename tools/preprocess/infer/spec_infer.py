@@ -214,6 +214,15 @@ def code_name(name: str) -> bool:
     return bool(_ID_NAME.search(name) or _CATEGORY_NAME.match(name))
 
 
+def _whole_numbers(values: list[str]) -> tuple[list[str], bool]:
+    """(values, whether any had a zero fraction), cut to integers where all are whole (66740.0):
+    pandas writes an integer column that has nulls so, and judged as written, codes were a dense
+    float where some rows were empty and a categorical where none was, a count a float."""
+    cut = [v.split(".")[0] for v in values]
+    whole = all(_WHOLE.match(v) or is_integer(v) for v in values) and all(map(is_integer, cut))
+    return (cut, True) if whole and cut != values else (values, False)
+
+
 def propose_column(
     name: str, values: list[str], rows: int, delimiter: str, integers: bool = False
 ) -> tuple[Column, str]:
@@ -221,6 +230,7 @@ def propose_column(
     are a Parquet integer column's, a categorical of them reads them as integers."""
     if not values:
         return IgnoredColumn(name), f"empty in all {rows:,} rows"
+    written, values, zero_fraction = values, *_whole_numbers(values)
     dates = _unix_times(name, values)
     if dates is not None:
         unit = ", in milliseconds" if len(values[0]) > 11 else ""
@@ -268,21 +278,22 @@ def propose_column(
             name, kind="hex", hash_size=size
         ), f"{min(widths)}-character hex; {seen}"
     # Ids written 66740.0 on a day with nulls and 66740 on one without are one id as integers.
-    zero_fraction = numeric and not ints and all(_WHOLE.match(v) or is_integer(v) for v in values)
     kind = "integer" if integers or zero_fraction else "string"
     size, seen = hash_size(values, kind)
     if zero_fraction:
+        shown = next(v for v in written if "." in v)
         seen += (
             '; written with ".0" (as pandas writes an integer column that has nulls): '
-            f'kind = "integer" reads {values[0]} as {values[0].split(".")[0]}, the id a file '
+            f'kind = "integer" reads {shown} as {shown.split(".")[0]}, the id a file '
             "written without the fraction gives"
         )
     why = "codes (leading zeros, an id's or a C<n> name, or one width)" if numeric else "strings"
-    if ints and not zeros and not integers:  # the same log as Parquet: an integer column
+    if ints and not zeros and not integers and not zero_fraction:  # as Parquet's integer column
         as_integers, _ = hash_size(values, "integer")
         seen += (
             f'; hashed as written: kind = "integer" with hash_size = {as_integers} gives the ids '
-            "that spec infer proposes for a Parquet integer column of them"
+            "that spec infer proposes for a Parquet integer column of them, or for one written "
+            'with ".0" (as pandas writes it where it has nulls)'
         )
     return CategoricalColumn(name, kind=kind, hash_size=size), f"{why}; {seen}"
 

@@ -141,24 +141,23 @@ def integers_into(values, bitmap, at, n, out, missing, col, r0):
             out[r, col], missing[r, col] = np.uint64(0), True
 
 
-FLOAT_EXACT = 2.0**53
-"""Below this magnitude a float64 holds every integer; past it, neighbouring integers share one
-float, so a whole number there may be an id that was rounded when it became a float."""
-
-
 @njit(cache=True, nogil=True, boundscheck=False)
-def float_ids_into(values, bitmap, at, n, out, missing, col, r0, reason, bad_field, field):
+def float_ids_into(
+    values, bitmap, at, n, exact, out, missing, col, r0, reason, bad_field, field
+):  # fmt: skip
     """integers_into for a float column of ids (pandas writes an integer column that has nulls
-    as float64): a whole number below FLOAT_EXACT in magnitude is the integer it is, the id an
-    integer column of it (or CSV's `66740.0`) gives; a fraction, a NaN, an infinity or a value
-    past FLOAT_EXACT makes its row malformed (bad_integer), as `1.5` in a text id field does."""
+    as float64): a whole number below `exact` in magnitude (the column's type's bound,
+    parquet_schema.FLOAT_EXACT_BITS: 2^53 for float64, 2^24 for float32, 2^11 for float16) is the
+    integer it is, the id an integer column of it (or CSV's `66740.0`) gives; a fraction, a NaN,
+    an infinity or a value at or past `exact`, where distinct ids may have been rounded to one
+    float, makes its row malformed (bad_integer), as `1.5` in a text id field does."""
     for i in range(n):
         r, j = r0 + i, at + i
         if not _valid(bitmap, j):
             out[r, col], missing[r, col] = np.uint64(0), True
             continue
         v = np.float64(values[j])
-        if np.isfinite(v) and v == np.floor(v) and abs(v) < FLOAT_EXACT:
+        if np.isfinite(v) and v == np.floor(v) and abs(v) < exact:
             out[r, col], missing[r, col] = np.uint64(np.int64(v)), False
         else:
             out[r, col], missing[r, col] = np.uint64(0), True

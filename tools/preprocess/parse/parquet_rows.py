@@ -14,7 +14,9 @@ Columns are found by name; every column of the file belongs to one spec column (
   are; `hex`: a string column of hex digits (anything else: a malformed row); `integer`: an
   integer column, the integer itself, or a float column of whole numbers (as pandas writes an
   integer column that has nulls), each the integer it is: a fraction, a NaN, an infinity or a
-  value past 2^53 (where floats skip integers) makes a malformed row (bad_integer).
+  value at or past the float type's last exact integer (2^53 for float64, 2^24 for float32, 2^11
+  for float16: past it distinct ids may have been rounded to one float) makes a malformed row
+  (bad_integer).
 - list: a list (or large_list) of strings (kinds `string`, `hex`) or of integers (`integer`),
   each element read as its kind; null and empty elements are skipped, the first `max_length`
   kept.
@@ -41,7 +43,11 @@ from shardrec.dataloader.spec.feature_spec import CategoricalColumn, LabelColumn
 from shardrec.tools.preprocess.parse import parquet_kernel as pk
 from shardrec.tools.preprocess.parse import spec_kernel as k
 from shardrec.tools.preprocess.parse.criteo_text import REASONS, show_value
-from shardrec.tools.preprocess.parse.parquet_schema import ParquetProgram
+from shardrec.tools.preprocess.parse.parquet_schema import (
+    FLOAT_EXACT_BITS,
+    ParquetProgram,
+    float_bits,
+)
 from shardrec.tools.preprocess.parse.spec_parse import DictionaryValues, SpecChunk
 
 logger = logging.getLogger(__name__)
@@ -215,8 +221,10 @@ def _categorical(
                            out.sparse_missing, slot, r0, out.reason, out.bad_field, field)  # fmt: skip
         return
     if c.kind == "integer" and _pa().types.is_floating(arr.type):
-        pk.float_ids_into(_integers(arr), bitmap, arr.offset, n, out.sparse, out.sparse_missing,
-                          slot, r0, out.reason, out.bad_field, field)  # fmt: skip
+        # The bound is the file's type's: _integers widens float16 to float32, exactly.
+        exact = 2.0 ** FLOAT_EXACT_BITS[float_bits(arr.type)]
+        pk.float_ids_into(_integers(arr), bitmap, arr.offset, n, exact, out.sparse,
+                          out.sparse_missing, slot, r0, out.reason, out.bad_field, field)  # fmt: skip
         return
     if c.kind == "integer":
         pk.integers_into(

@@ -53,6 +53,29 @@ def kind_of(t) -> str:
     return str(t)
 
 
+FLOAT_EXACT_BITS = {16: 11, 32: 24, 64: 53}
+"""By a float's width, the power of two below which it holds every integer (its significand's
+bits): from there on neighbouring integers share one float, so a whole number there may be an id
+that was rounded as it became a float (float32 holds 16777217 as 16777216.0)."""
+
+
+def float_bits(t) -> int | None:
+    """The bit width of an Arrow float type (a dictionary's values'; None: not a float)."""
+    import pyarrow as pa
+
+    t = t.value_type if pa.types.is_dictionary(t) else t
+    return t.bit_width if pa.types.is_floating(t) else None
+
+
+def float_width(path: Path, name: str) -> int | None:
+    """float_bits of a Parquet file's column `name` (None: no such float column, or the file no
+    longer reads)."""
+    try:
+        return float_bits(read_parquet_schema(path).field(name).type)
+    except (SpecError, KeyError):
+        return None
+
+
 _NUMBERS = "integers, floats or booleans"
 ID_KINDS = {"integer", "float"}
 """The Arrow kinds an integer categorical reads (_allowed)."""

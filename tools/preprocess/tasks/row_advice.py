@@ -11,6 +11,7 @@ from shardrec.dataloader.spec.feature_spec import (
     FeatureSpec,
     LabelColumn,
 )
+from shardrec.tools.preprocess.parse.parquet_schema import FLOAT_EXACT_BITS
 
 READS = {
     "bad_hex": "hex ids of 1 to 16 digits",
@@ -30,8 +31,11 @@ def _label_reads(column: LabelColumn | None) -> str:
     return "numbers" if column is not None and column.threshold is not None else "0 or 1"
 
 
-def _edits(reason: str, field: str, spec: FeatureSpec | None, parquet: bool) -> list[str]:
-    """The spec keys (or, for Criteo's rows without a spec, the flags) that read such a value."""
+def _edits(
+    reason: str, field: str, spec: FeatureSpec | None, parquet: bool, float_bits: int = 64
+) -> list[str]:
+    """The spec keys (or, for Criteo's rows without a spec, the flags) that read such a value;
+    float_bits: the width of a Parquet column's floats."""
     column = _column(spec, field)
     if reason == "bad_hex" and spec is not None:
         return [f'give {field} kind = "string" (any value, hashed)']
@@ -42,9 +46,10 @@ def _edits(reason: str, field: str, spec: FeatureSpec | None, parquet: bool) -> 
             return [f'give {field} kind = "string" (any value, hashed)']
     if reason == "bad_integer" and isinstance(column, CategoricalColumn):
         # A Parquet integer column always decodes: the value is a float's.
+        exact = FLOAT_EXACT_BITS.get(float_bits, 53)
         return [
-            f'write {field} as integers (pandas: .astype("Int64"); a float is an id only as a '
-            "whole number below 2^53, past which floats skip integers)"
+            f'write {field} as integers (pandas: .astype("Int64"); a float{float_bits} is an id '
+            f"only as a whole number below 2^{exact}, from which floats skip integers)"
         ]
     if reason == "bad_label" and isinstance(column, LabelColumn) and not parquet:  # there: null
         if not column.mapping and column.threshold is None:
@@ -66,12 +71,18 @@ def _or(options: list[str]) -> str:
 
 
 def row_advice(
-    reason: str, field: str, spec: FeatureSpec | None, parquet: bool, skip: str = ""
+    reason: str,
+    field: str,
+    spec: FeatureSpec | None,
+    parquet: bool,
+    skip: str = "",
+    float_bits: int = 64,
 ) -> str:
     """`; what field reads: correct the row, the edits that read its value, or skip` for a row
     malformed by `reason` in `field` (a column's name, or "row"); `spec`: the run's feature spec
     (None: Criteo's rows as the schema flags describe them); `skip`: how the run would skip such
-    rows ("" where none would)."""
+    rows ("" where none would); `float_bits`: the width of the floats of a Parquet column (an id
+    column's bound is its type's, FLOAT_EXACT_BITS)."""
     missing = "null" if parquet else "an empty field"
     if reason in READS:
         said = f"{field} reads {READS[reason]}, a missing value as {missing}: "
@@ -83,5 +94,5 @@ def row_advice(
     else:
         said = ""
     fix = "remove the line" if reason == "empty_row" else "correct the row"
-    options = [fix, *_edits(reason, field, spec, parquet), *([skip] if skip else [])]
+    options = [fix, *_edits(reason, field, spec, parquet, float_bits), *([skip] if skip else [])]
     return f"; {said}{_or(options)}"

@@ -110,15 +110,25 @@ def _check_same_making(run_dir: Path, record: dict[str, Any], manifest: Manifest
     if differs:
         raise ValueError(
             f"the new data was preprocessed otherwise than the data {run_dir} trained on: "
-            f"{differs}; {_rows_remedy(manifest, record.get('path'))}"
+            f"{differs}; {_rows_remedy(manifest, _spec_shown(run_dir, record))}"
         )
+
+
+def _spec_shown(run_dir: Path, record: dict[str, Any]) -> str | None:
+    """What `shardrec spec show` prints the run's data's spec from: that data while it is at its
+    path, unchanged, else the run directory, whose RUN/dataset.json keeps a copy (day 0's folder
+    is often gone by day 2); None where neither holds one."""
+    path = record.get("path")
+    if path and trained_data.data_at_path(record) is not None:
+        return str(path)
+    return str(run_dir) if isinstance(record.get("spec"), dict) else None
 
 
 def _rows_remedy(manifest: Manifest, trained: str | None = None) -> str:
     """What makes new data's tables the run's: a spec's table sizes are its columns' hash_size,
-    Criteo's the --max-ids; an event log's grow with its ids. `trained`: the path of the data the
-    run trained on, whose spec `shardrec spec show` prints (a spec inferred again from the new
-    day proposes other hash sizes)."""
+    Criteo's the --max-ids; an event log's grow with its ids. `trained`: what `shardrec spec
+    show` prints the run's data's spec from (_spec_shown; a spec inferred again from the new day
+    proposes other hash sizes)."""
     if manifest.kind == "events":
         return (
             "an event log's tables have a row for each id up to its largest (users, items, "

@@ -13,8 +13,8 @@ from typing import Any
 from shardrec.dataloader.format.fingerprints import dataset_fingerprint, older_fingerprints
 from shardrec.dataloader.format.manifest import Manifest, SparseFeature
 from shardrec.dataloader.spec.event_spec import event_spec_from_dict
-from shardrec.dataloader.spec.feature_spec import COLUMN_TYPES, CategoricalColumn
-from shardrec.dataloader.spec.spec_file import spec_from_dict
+from shardrec.dataloader.spec.feature_spec import COLUMN_TYPES, CategoricalColumn, FeatureSpec
+from shardrec.dataloader.spec.spec_file import sized_spec, spec_from_dict
 from shardrec.trainer.rundir import names
 from shardrec.trainer.rundir.life.resume_settings import show_value
 
@@ -189,13 +189,34 @@ def recorded_spec(record: dict[str, Any]) -> dict[str, Any] | None:
     path, unchanged; None otherwise (or for data of no spec)."""
     if isinstance(record.get("spec"), dict):
         return record["spec"]
+    manifest = data_at_path(record)
+    return manifest.options.get("spec") if manifest is not None else None
+
+
+def data_at_path(record: dict[str, Any]) -> Manifest | None:
+    """The manifest of the data a run recorded where it is still at its path, unchanged (None:
+    gone, moved, or other data there now)."""
     try:
         manifest = Manifest.load(Path(record["path"]))
     except (KeyError, TypeError, OSError, ValueError):  # gone, moved, or not a dataset now
         return None
-    if dataset_fingerprint(manifest) != record.get("fingerprint"):
+    return manifest if dataset_fingerprint(manifest) == record.get("fingerprint") else None
+
+
+def run_data_spec(run_dir: Path) -> tuple[FeatureSpec | None, dict[str, Any]] | None:
+    """(the feature spec of the data a run trained on last, as preprocessing applied it; the
+    dataset record it comes from) for `shardrec spec show RUN`: RUN/dataset.json keeps the spec
+    when the data is gone. The spec is None where the record holds none (Criteo's built-in
+    columns, or a record from before it kept one, of data no longer at its path); None: no run
+    directory (no readable RUN/dataset.json)."""
+    record = read_dataset_record(run_dir)
+    if record is None:
         return None
-    return manifest.options.get("spec")
+    recorded = recorded_spec(record)
+    if recorded is None:
+        return None, record
+    where = f"{Path(run_dir) / names.DATASET_RECORD}: spec"
+    return sized_spec(spec_from_dict(recorded, where), record.get("preprocessing", {})), record
 
 
 def _first_field(a: Any, b: Any) -> str:

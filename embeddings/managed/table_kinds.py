@@ -6,7 +6,7 @@ Kinds:
 - `managed`: a raw-id feature's table of `rows + 2` rows: row 0 for a missing value, row 1 shared
   by every id without a slot of its own, rows 2.. the `rows` slots an id map hands out and takes
   back (admission after `admit_after` sightings, eviction by `policy` and `max_age`, every
-  `evict_every` steps);
+  `evict_every` steps; the sighting counts shifted right `decay` bits a day);
 - `hashed`: a raw-id feature hashed into the same `rows + 2` rows (row 2 + mix64(id) mod rows):
   collisions instead of admission, the baseline managed tables are measured against;
 - `unbounded`: a managed table that never evicts and admits an id at its first sighting, `rows`

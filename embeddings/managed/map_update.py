@@ -13,7 +13,11 @@ Order of the steps, at update step `now`:
    lru, more often for lfu: no swapping of equals);
 4. assign: the freed slots, in ascending order, go to the admitted ids in their order; each new
    slot's generation is `now` (its row is re-initialised: row_reset);
-5. the waiting ids left are cut to the `capacity` best (most seen, then latest, then id).
+5. the waiting ids left are cut to the `capacity` best (most seen, then latest, then id);
+6. at a new day's first update, with a `decay`, every slot's and waiting id's count is shifted
+   right by `decay` bits: after the admissions, so that the ids met late in yesterday's data still
+   get their slots on yesterday's counts, and today's sightings then weigh 2^decay times
+   yesterday's (an exponential forgetting that stays integer, the same on every rank).
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ class UpdateRule:
     """Whether an admitted id may take a used slot (lru, lfu)."""
     capacity: int
     """Waiting ids kept."""
+    decay: int = 0
+    """Bits the counts are shifted right by after a new day's first update."""
 
 
 @dataclass(frozen=True)
@@ -56,10 +62,16 @@ class UpdateResult:
 
 
 def apply_update(
-    idmap: IdMap, pending: Pending, now: int, rule: UpdateRule, horizon: int | None
+    idmap: IdMap,
+    pending: Pending,
+    now: int,
+    rule: UpdateRule,
+    horizon: int | None,
+    new_day: bool = False,
 ) -> UpdateResult:
     """Update `idmap` in place with every rank's combined `pending` statistics (see the module
-    docstring); `horizon`: ids last seen before this step lose their slot (None: no max age)."""
+    docstring); `horizon`: ids last seen before this step lose their slot (None: no max age);
+    `new_day`: this is a new day's first update (the counts decay after it)."""
     m = idmap
     m.slot_count += pending.hits
     np.maximum(m.slot_last, pending.lasts, out=m.slot_last)
@@ -116,6 +128,9 @@ def apply_update(
     if len(keys) > rule.capacity:
         keep = np.sort(np.lexsort((keys, -lasts, -counts))[: rule.capacity])
         keys, counts, lasts = keys[keep], counts[keep], lasts[keep]
+    if new_day and rule.decay:
+        m.slot_count >>= rule.decay
+        counts = counts >> rule.decay
     m.cand_key, m.cand_count, m.cand_last = keys, counts, lasts
     m.reindex(np.concatenate(removed), slots)
     m.clear_pending()

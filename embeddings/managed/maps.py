@@ -39,6 +39,7 @@ class ManagedTable:
             policy=s.policy,
             evicts=s.evicts,
             capacity=max(1, int(s.candidates * s.rows)),
+            decay=s.decay,
         )
 
 
@@ -125,7 +126,12 @@ class ManagedMaps:
     def update(self, table: ManagedTable, pending: Pending, now: int) -> UpdateResult:
         """Apply every rank's combined statistics to one table's map at step `now`."""
         assert table.idmap is not None
-        return apply_update(table.idmap, pending, now, table.rule, self.horizon(table, now))
+        # The stretch's first update is due once (due()): a resume from the checkpoint the stretch
+        # began at makes it, one from any later step finds it made, so counts decay once a day.
+        new_day = now == self.stretches.start and self.stretches.index > 0
+        return apply_update(
+            table.idmap, pending, now, table.rule, self.horizon(table, now), new_day
+        )
 
     def rows(
         self, feature: str, keys: np.ndarray, counted: np.ndarray | None, step: int

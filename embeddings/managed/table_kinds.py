@@ -6,7 +6,7 @@ Kinds:
 - `managed`: a raw-id feature's table of `rows + 2` rows: row 0 for a missing value, row 1 shared
   by every id without a slot of its own, rows 2.. the `rows` slots an id map hands out and takes
   back (admission after `admit_after` sightings, eviction by `policy` and `max_age`, every
-  `evict_every` steps);
+  `evict_every` steps; the sighting counts shifted right `decay` bits a day);
 - `hashed`: a raw-id feature hashed into the same `rows + 2` rows (row 2 + mix64(id) mod rows):
   collisions instead of admission, the baseline managed tables are measured against;
 - `unbounded`: a managed table that never evicts and admits an id at its first sighting, `rows`
@@ -86,6 +86,10 @@ class TableSettings:
     candidates: float = 1.0
     """Ids waiting for a slot (seen, not yet admitted) kept per slot; past that the rarest are
     forgotten."""
+    decay: int = 0
+    """Bits every slot's and waiting id's sighting count is shifted right by after each new day's
+    first update (a day is a stretch, the data of one `--continue-on`), so that lfu forgets the
+    traffic of ids that faded; 0: counts over the whole run."""
 
     def check(self, key: str, rows_given: bool = True) -> None:
         """ValueError (one line naming `key`.field and the value) for a bad setting. Without
@@ -100,6 +104,11 @@ class TableSettings:
             raise ValueError(
                 f"{key}.policy = {self.policy!r} is not one of {', '.join(POLICIES)}"
                 f"{did_you_mean(self.policy, POLICIES)}"
+            )
+        if self.decay and self.kind != "managed":
+            raise ValueError(
+                f"{key}.decay = {self.decay}: a table of kind {self.kind!r} keeps no counts that "
+                'decide who holds a slot; leave decay out (or use kind = "managed")'
             )
         if self.kind == "static":
             if self.rows:
@@ -119,6 +128,8 @@ class TableSettings:
             raise ValueError(f"{key}.evict_every = {self.evict_every}: must be >= 0")
         if not 0 < self.candidates <= 64:
             raise ValueError(f"{key}.candidates = {self.candidates}: must lie in (0, 64]")
+        if not 0 <= self.decay <= 62:
+            raise ValueError(f"{key}.decay = {self.decay}: must lie in 0..62 (bits)")
         age = parse_max_age(f"{key}.max_age", self.max_age)
         if (
             age is not None

@@ -2,8 +2,8 @@
 setting, spelt as a job file spells it (`tables."*".policy`, `tables.C3.rows`), so that a
 changed setting is named by a key that `--allow-change` accepts.
 
-Which changes a run may take: a table's policy, admit_after, evict_every, max_age and candidates
-only steer the id map's later updates (the map holds every slot's count and last step whatever
+Which changes a run may take: a table's policy, admit_after, evict_every, max_age, candidates
+and decay only steer the id map's later updates (the map holds every slot's count and last step whatever
 the policy), so `--allow-change` accepts them. Its kind and rows are the checkpoint's shapes (the
 table's rows, its id map's slots, or none): those are refused outright.
 """

@@ -10,7 +10,7 @@ import hashlib
 BUDGET_SHARE = 0.25
 """The managed and hashed arms' rows of a raw-id table: this share of its distinct ids."""
 ARMS = ("managed", "hashed", "unbounded")
-MANAGED = 'policy="lfu"'
+MANAGED = 'policy="lfu", decay=3'
 """The managed arm's settings beside its kind and rows (`--managed`): TOML inline-table items."""
 
 

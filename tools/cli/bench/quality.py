@@ -48,7 +48,7 @@ def quality(
         typer.Option(
             help="The managed arm's settings beside kind and rows, as the items of a tables.X "
             'inline table, e.g. \'policy="lru", max_age="1 days"\' ("": a table\'s defaults); '
-            "default: 'policy=\"lfu\"'."
+            "default: 'policy=\"lfu\", decay=3'."
         ),
     ] = None,
     json_out: JsonFlag = False,

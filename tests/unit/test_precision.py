@@ -126,6 +126,26 @@ def test_auto_picks_bf16_only_on_a_cpu_with_native_bf16(
     assert precision.resolve_precision("bf16", "cpu") == "bf16"  # explicit: checked, not changed
 
 
+@pytest.mark.parametrize(
+    "avx512_bf16, amx, says",
+    [
+        (
+            True,
+            True,
+            "bf16 on this CPU, which computes bf16 matmuls natively (AMX and AVX512-BF16)",
+        ),
+        (False, True, "bf16 on this CPU, which computes bf16 matmuls natively (AMX)"),
+        (True, False, "bf16 on this CPU, which computes bf16 matmuls natively (AVX512-BF16)"),
+        (False, False, "fp32 on this CPU (this CPU has no AVX512-BF16 or AMX instructions"),
+    ],
+)
+def test_auto_says_at_start_what_it_picked_and_why(
+    monkeypatch: pytest.MonkeyPatch, avx512_bf16: bool, amx: bool, says: str
+) -> None:
+    _cpu_bf16(monkeypatch, avx512_bf16, amx)
+    assert precision.auto_precision_line("cpu").startswith(f"train.precision = auto: {says}")
+
+
 def test_auto_picks_bf16_only_on_a_gpu_with_native_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
     """torch.cuda.is_bf16_supported() counts emulation by default (True on a V100 or T4)."""
     monkeypatch.setattr(

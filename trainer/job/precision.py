@@ -33,6 +33,32 @@ def native_bf16(device_type: str) -> bool:
     return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
 
 
+def native_bf16_units(device_type: str) -> list[str]:
+    """What gives this machine's `device_type` native bf16 matmuls, by name (empty: none)."""
+    if device_type == "cuda":
+        if not native_bf16("cuda"):
+            return []
+        major, minor = torch.cuda.get_device_capability()
+        return [f"compute capability {major}.{minor}"]
+    units = {
+        "AMX": torch.cpu._is_amx_tile_supported(),
+        "AVX512-BF16": torch.cpu._is_avx512_bf16_supported(),
+    }
+    return [name for name, present in units.items() if present]
+
+
+def auto_precision_line(device_type: str) -> str:
+    """The start-up line of train.precision = auto: what it picked on this machine, and why."""
+    units = native_bf16_units(device_type)
+    kind = "CPU" if device_type == "cpu" else "GPU"
+    if units:
+        return (
+            f"train.precision = auto: bf16 on this {kind}, which computes bf16 matmuls natively "
+            f"({' and '.join(units)})"
+        )
+    return f"train.precision = auto: fp32 on this {kind} ({bf16_support_note(device_type)})"
+
+
 def resolve_precision(precision: str, device_type: str) -> str:
     """fp32 or bf16: `auto` is bf16 where it is native, fp32 elsewhere."""
     if precision == "auto":

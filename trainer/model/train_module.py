@@ -17,7 +17,11 @@ from shardrec.dataloader.format.manifest import Manifest
 from shardrec.embeddings.tables import build_ebc
 from shardrec.trainer.distributed.dist import DistEnv
 from shardrec.trainer.job.model_section import ModelConfig
-from shardrec.trainer.job.precision import check_precision, resolve_precision
+from shardrec.trainer.job.precision import (
+    auto_precision_line,
+    check_precision,
+    resolve_precision,
+)
 from shardrec.trainer.model.hstu_model import build_hstu_model
 from shardrec.trainer.model.models import build_model, dense_parameters, resolve_compile
 from shardrec.trainer.model.objective import TrainModule
@@ -63,7 +67,7 @@ def build_train_module(
     if env.is_main and note:
         logger.warning(note)
     if env.is_main and precision == "auto":
-        logger.info("train.precision = auto: %s on this %s", resolved, device_type)
+        logger.info(auto_precision_line(device_type))
     torch.manual_seed(seed)
     model = build_model(
         model_config,

@@ -251,6 +251,11 @@ class PartSet(Sequence[Part]):
 def _spans(part: Part, start: int, rows: int) -> list[tuple[int, int]]:
     """(address, bytes) of rows [start, start + rows) in each column of `part` (a list feature:
     its offsets; its values are read as the gathers find them)."""
+    if part.read_spans:  # the opening's, reckoned once per part shape
+        base = part.map_address
+        return [
+            (base + at + start * size, (rows + extra) * size) for at, size, extra in part.read_spans
+        ]
     columns = [(LABEL, part.labels, rows, False), (DENSE, part.dense, rows, False)]
     columns += [(n, c, rows, False) for n, c in part.sparse.items() if n not in part.offsets]
     columns += [(n, o, rows + 1, True) for n, o in part.offsets.items()]

@@ -83,6 +83,12 @@ class Part:
     opening knew it (`column_address`)."""
     offset_addresses: dict[str, int] = field(default_factory=dict)
     """List feature name -> the data address of its offsets, likewise."""
+    read_spans: tuple[tuple[int, int, int], ...] = ()
+    """Per column a shuffle group reads rows of ahead (format/part_cache.py; a list feature: its
+    offsets), (offset from `map_address`, bytes a row, rows beyond the last read), where the
+    opening knew them (shared by the parts of one shape); else they come from the arrays."""
+    map_address: int = 0
+    """Where the file's map starts (with `read_spans`)."""
     residency_known: bool = False
     """Whether mincore tells this process which of the file's pages are cached: since Linux 5.0
     it does only for the file's owner or a process that may write it, and says "all cached" to
@@ -348,6 +354,36 @@ def _check_offsets(
         )
 
 
+_Place = tuple[str, np.dtype, int, int, int, int, int]
+_Span = tuple[int, int, int]
+
+
+@functools.lru_cache(maxsize=64)
+def _places(
+    layout: FileLayout, rows: int, lists: tuple[int, ...]
+) -> tuple[tuple[_Place, ...], tuple[_Span, ...]]:
+    """For a file of this layout, rows and list lengths: per column (name, dtype, width (0: not a
+    block), its values' first and last byte in the file, its offsets' (-1: not a list)), and the
+    read-ahead spans (`Part.read_spans`, at file offsets). The same for every full part of a
+    dataset: reckoned once, not for each of the ~250 parts a shuffle group opens."""
+    sizes, _, _ = layout.expected(rows, lists)
+    body, buffers, places, spans = layout.body_at, sizes.buffers, [], []
+    for i, c in enumerate(layout.columns):
+        at, length = buffers[layout.values_buffer[i]]
+        offsets = (-1, -1)
+        if c.kind == LIST:
+            o_at, o_length = buffers[layout.offsets_buffer[i]]
+            offsets = (body + o_at, body + o_at + o_length)
+            spans.append((body + o_at, 8, 1))
+        elif length:
+            spans.append((body + at, length // rows, 0))
+        width = c.width if c.kind == BLOCK else 0
+        places.append((c.name, c.dtype, width, body + at, body + at + length, *offsets))
+    # read_ahead's order: labels, dense, one-hot ids, then the lists' offsets
+    spans.sort(key=lambda span: span[2])
+    return tuple(places), tuple(spans)
+
+
 def _views(
     path: Path,
     memory: np.ndarray,
@@ -356,29 +392,31 @@ def _views(
     limits: dict[str, int],
     dense_dtype: str,
 ) -> Part:
-    body, buffers, rows = layout.body_at, sizes.buffers, sizes.rows
-    base = memory.ctypes.data + body if memory.size else None
+    rows = sizes.rows
+    base = memory.ctypes.data if memory.size else None
     columns: dict[str, np.ndarray] = {}
     offsets: dict[str, np.ndarray] = {}
     addresses: dict[str, int] = {}
     offset_addresses: dict[str, int] = {}
-    for i, c in enumerate(layout.columns):
-        at, length = buffers[layout.values_buffer[i]]
-        values = memory[body + at : body + at + length].view(c.dtype)
-        columns[c.name] = values.reshape(rows, c.width) if c.kind == BLOCK else values
+    places, spans = _places(layout, rows, sizes.list_lengths)
+    for name, dtype, width, a, z, o_a, o_z in places:
+        values = memory[a:z].view(dtype)
+        columns[name] = values.reshape(rows, width) if width else values
         if base is not None:
-            addresses[c.name] = base + at
-        if c.kind == LIST:
-            at, length = buffers[layout.offsets_buffer[i]]
-            offsets[c.name] = memory[body + at : body + at + length].view(np.int64)
+            addresses[name] = base + a
+        if o_a >= 0:
+            offsets[name] = memory[o_a:o_z].view(np.int64)
             if base is not None:
-                offset_addresses[c.name] = base + at
+                offset_addresses[name] = base + o_a
     labels = columns.pop(LABEL)
     dense = columns.pop(DENSE, None)
     if dense is None:
         dense = np.empty((rows, 0), dense_dtype)
         dense.flags.writeable = False
-    return Part(path, rows, labels, dense, columns, offsets, limits, addresses, offset_addresses)
+    part = Part(path, rows, labels, dense, columns, offsets, limits, addresses, offset_addresses)
+    if base is not None:
+        part.read_spans, part.map_address = spans, base
+    return part
 
 
 def open_split(directory: str | Path, split: str, manifest: Manifest | None = None) -> list[Part]:

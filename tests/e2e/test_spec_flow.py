@@ -190,15 +190,19 @@ def test_predict_on_raw_rows_equals_eval_and_the_preprocessed_split(flow: dict[s
             assert scored["rows"] == test_rows and scored.get("auc") is None
             np.testing.assert_allclose(np.load("u.npy"), np.load("raw.npy"), rtol=1e-6)
     np.testing.assert_allclose(whole[-test_rows:], np.load(root / "raw.npy"), rtol=1e-6)
-    # eval printed its AUC with 6 decimals; the run's own final evaluation has it whole.
+    # eval printed its AUC with 6 decimals; the run's own final evaluation has it whole. eval
+    # scores in batches of other sizes than predict's, so the probabilities agree within rtol
+    # 1e-6, not bit for bit, and a near-tied pair may swap: on an Intel Xeon with AMX the AUCs
+    # read 0.7441999 and 0.744202 (2.1e-6 apart); 5e-6 holds that and still fails
+    # a real difference between the two paths.
     (printed,) = re.findall(r"AUC (\d\.\d{6})", flow["eval"])
-    assert raw["auc"] == pytest.approx(float(printed), abs=1e-6)
+    assert raw["auc"] == pytest.approx(float(printed), abs=5e-6)
     records = [
         json.loads(line)
         for line in (root / "runs" / "ml" / "metrics.jsonl").read_text().splitlines()
     ]
     (final,) = [r for r in records if r["kind"] == "eval" and r["final"] and r["split"] == "test"]
-    assert raw["auc"] == pytest.approx(final["auc"], abs=1e-6)
+    assert raw["auc"] == pytest.approx(final["auc"], abs=5e-6)
 
 
 def write_untrained_model(dataset: Path, out: Path) -> None:

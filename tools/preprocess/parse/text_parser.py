@@ -19,7 +19,7 @@ from shardrec.tools.preprocess.parse.criteo_text import (
     parse_chunk,
 )
 from shardrec.tools.preprocess.parse.parquet_schema import ParquetProgram, resolve_parquet
-from shardrec.tools.preprocess.parse.quote_rows import RowEnds
+from shardrec.tools.preprocess.parse.csv_scan import RowEnds
 from shardrec.tools.preprocess.parse.spec_parse import (
     Program,
     SpecChunk,

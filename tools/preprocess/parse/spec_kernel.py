@@ -4,7 +4,7 @@ One pass over the bytes, no per-row Python, in the style of parse_kernel (whose 
 decoders it shares). Each field of a row is scanned once (csv_scan.scan_field: RFC 4180 quotes
 when the spec quotes: a quoted field may hold the delimiter, `""` is one quote; each line of one
 with a newline inside is a malformed row, none read as a row of its own), then decoded by its
-column's role, given per field index as small arrays (spec_parse.Program):
+column's role, given per field index as small arrays (spec_program.Program):
 
 - label: `0`/`1`, a number compared with a threshold, or a value looked up in a mapping (by its
   string hash);

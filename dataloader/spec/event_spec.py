@@ -58,12 +58,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from shardrec.dataloader.spec.feature_spec import (
-    MAX_HASH_SIZE,
-    PARQUET_MISSING,
-    SpecError,
-    check_missing_words,
-)
+from shardrec.dataloader.spec.feature_spec import MAX_HASH_SIZE, SpecError
+from shardrec.dataloader.spec.text_format import PARQUET_MISSING, check_missing_words
 from shardrec.dataloader.spec.toml_text import toml_value
 from shardrec.dataloader.util.near import did_you_mean
 

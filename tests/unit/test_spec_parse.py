@@ -18,9 +18,9 @@ from shardrec.dataloader.spec.feature_spec import (
     LabelColumn,
     ListColumn,
     SpecError,
-    TextFormat,
     criteo_spec,
 )
+from shardrec.dataloader.spec.text_format import TextFormat
 from shardrec.tools.preprocess.ids.id_maps import hash_bytes, hash_ids
 from shardrec.tools.preprocess.parse.criteo_text import REASONS, Schema, transform_dense
 from shardrec.tools.preprocess.parse.spec_parse import describe_bad_spec_row, parse_spec_chunk

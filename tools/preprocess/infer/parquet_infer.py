@@ -25,8 +25,8 @@ from shardrec.dataloader.spec.feature_spec import (
     IgnoredColumn,
     LabelColumn,
     ListColumn,
-    TextFormat,
 )
+from shardrec.dataloader.spec.text_format import TextFormat
 from shardrec.tools.preprocess.infer.column_infer import (
     HEX,
     MAX_HEX_DIGITS,

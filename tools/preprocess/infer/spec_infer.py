@@ -32,8 +32,8 @@ from shardrec.dataloader.spec.feature_spec import (
     Column,
     DenseColumn,
     FeatureSpec,
-    TextFormat,
 )
+from shardrec.dataloader.spec.text_format import TextFormat
 from shardrec.tools.preprocess.infer.column_infer import propose_column
 from shardrec.tools.preprocess.infer.date_codes import date_codes, date_codes_advice
 from shardrec.tools.preprocess.infer.label_infer import (

@@ -25,10 +25,10 @@ from pathlib import Path
 
 import pytest
 from conftest import write_tiny_dataset
+from dataset_writing import file_offset
 from helpers import (
     TINY_MODEL,
     assert_one_line_error,
-    file_offset,
     no_rank_env,
     settings,
     train_command,

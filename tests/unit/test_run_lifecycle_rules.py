@@ -124,7 +124,7 @@ def test_a_run_written_before_resumes_on_its_data_moved_elsewhere(tmp_path: Path
     another path, in the layout before one file per part: once that data is upgraded, today's
     record of it is the one the run kept, fingerprint and schema, and the run resumes on the data
     at its new path without --allow-change."""
-    from helpers import write_old_layout
+    from dataset_writing import write_old_layout
 
     from shardrec.tools.preprocess.derived.dataset_upgrade import upgrade_dataset
 

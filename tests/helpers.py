@@ -161,6 +161,17 @@ def settings(*items: str) -> list[str]:
     return [flag for item in items for flag in ("--set", item)]
 
 
+TINY_CPU_JOB = settings(
+    'train.device="cpu"',  # CPU ranks (gloo) even on a GPU host: 2 ranks must not need 2 GPUs
+    *TINY_MODEL,
+    "train.global_batch_size=64",
+    'data.eval_splits=["val"]',
+    "train.log_interval=1000",
+)
+"""The tiny job the launcher's tests train (tests/robustness/test_train_launcher.py,
+test_train_damaged_checkpoints.py)."""
+
+
 def train_command(data: Path | str, run_dir: Path | str, *args: str, nproc: int = 2) -> list[str]:
     """`shardrec train` on `nproc` local ranks, as a user runs it (a subprocess), with --json."""
     import sys

@@ -63,6 +63,26 @@ def test_an_empty_line_among_a_logs_rows_is_refused_naming_it(tmp_path: Path) ->
     )
 
 
+def test_an_empty_line_before_a_logs_header_is_named_as_such(tmp_path: Path) -> None:
+    # Before: "line 1: an empty line among the rows", of a line above the header.
+    from shardrec.tools.preprocess.events.event_columns import EventLogError
+
+    write_yambda_like(tmp_path, 50, seed=1)
+    log = pq.read_table(tmp_path / "events.parquet")
+    log = log.set_column(4, "event_type", log["event_type"].cast(pa.string()))
+    spec = tmp_path / "spec.toml"
+    spec.write_text('[format]\nkind = "csv"\n' + EVENT_SPEC)
+    path = tmp_path / "events.csv"
+    pcsv.write_csv(log, path)
+    path.write_text("\r\n\n" + path.read_text())
+    with pytest.raises(EventLogError) as refused:
+        _scored(path, spec, int(log["item_id"].to_numpy().max()) + 1)
+    assert str(refused.value) == (
+        f"{path}:1: an empty line before the header (line 3): a log's first line is its header, "
+        "which names its columns; remove the empty lines above it"
+    )
+
+
 def test_the_first_empty_line_a_row_follows_is_found_across_chunks(tmp_path: Path) -> None:
     rng = random.Random(0)
     path = tmp_path / "log.csv"

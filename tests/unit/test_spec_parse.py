@@ -306,3 +306,19 @@ def test_criteos_shape_goes_to_criteos_parser() -> None:
     assert criteo_schema(resolve_program(SPEC, HEADER, "x.csv")) is None
     quoted = FeatureSpec(TextFormat("csv"), criteo_spec(2, 2).columns)
     assert criteo_schema(resolve_program(quoted, None, "x.csv")) is None
+
+
+def test_whole_numbers_with_any_count_of_zero_decimals_read_as_integers() -> None:
+    # pandas and CSV writers give an integer as 66740.0 or 66740.00 (a column with nulls): both
+    # are the integer in an id, a dense int, a list's id and a label; a non-zero fraction is not.
+    program = resolve_program(SPEC, HEADER, "x.csv")
+    plain = parse_spec_chunk(b"1,4,66740,0000000a,15,2.5,t,a,1;-2\n", program)
+    zeros = parse_spec_chunk(b"1,4.00,66740.00,0000000a,15.000,2.5,t,a,1.00;-2.0\n", program)
+    assert plain.ok.all() and zeros.ok.all(), [REASONS[r] for r in zeros.reason if r >= 0]
+    for name in ("labels", "sparse", "dense", "list_values", "list_len"):
+        np.testing.assert_array_equal(getattr(plain, name), getattr(zeros, name), err_msg=name)
+    bad = parse_spec_chunk(b"1,4,66740.50,0000000a,15,2.5,t,a,1\n", program)
+    assert REASONS[bad.reason[0]] == "bad_integer"
+    assert describe_bad_spec_row(b"1,4,66740.50,0000000a,15,2.5,t,a,1\n", bad, 0, program)[0] == (
+        "user"
+    )

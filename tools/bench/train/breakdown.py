@@ -9,6 +9,13 @@ engine's `evaluate_function`) count apart from forward ones. What no operator co
 wall time less all self times, is Python and framework work between operators and time the
 thread slept (waiting on the other rank outside a collective, the scheduler).
 
+The first collective of a step waits for the slowest rank to get there: in torchrec's input dist
+that is the splits all-to-all (each rank's few per-feature counts), so the time in its wait is
+the other ranks' lateness, not the transfer, and counts apart as INPUT_DIST_WAIT. A plain loop
+waits there at the start of every forward; torchrec's TrainPipelineSparseDist (stock torchrec, the
+reference) starts the next batch's input dist before this batch's forward, so the same lateness
+is mostly waited for later, in the pooled embeddings' all-to-all.
+
 The profiler adds a few microseconds per operator, so the figures are shares of a slightly slower
 step; their sum is that step's wall time. Categories follow the names torchrec, fbgemm, torch and
 the models use; a name none matches counts as "other operators" (its own line, so that a new
@@ -30,9 +37,13 @@ STEP_SCOPE = "## bench step ##"
 SCOPED = ("dense_arch", "over_arch", "inter_arch", "interaction")
 """Submodules (torchrec's DLRM and ours name them so) whose forward runs in a scope of that name."""
 LOADER_SCOPE = "## loader ##"
+INPUT_DIST_WAIT = "input dist: waiting for other ranks"
 # (category, name fragments), first match wins: specific scopes before the operators inside them.
 RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("loader", (LOADER_SCOPE, "DataLoader", "_DatasetKind")),
+    # torchrec's scopes around the wait for the splits all-to-all (one module's, or the pipeline's
+    # fused one for all modules).
+    (INPUT_DIST_WAIT, ("SplitsAllToAllAwaitable wait()", "FusedKJTListSplitsAwaitable wait()")),
     (
         "input dist",
         (

@@ -21,7 +21,7 @@ from shardrec.dataloader.events.event_files import EventPart
 from shardrec.dataloader.spec.event_spec_file import event_spec_from_dict
 from shardrec.tools.preprocess.events.event_columns import EventLogError, Source
 from shardrec.tools.preprocess.events.event_log import read_event_log
-from shardrec.tools.preprocess.events.log_text import empty_line_among_rows
+from shardrec.tools.preprocess.events.log_text import empty_line_among_rows, row_line
 
 
 def event_row_batches(
@@ -39,6 +39,12 @@ def event_row_batches(
     delimiter = "\t" if spec.format == "tsv" else ","
     empty = empty_line_among_rows(path, delimiter) if spec.format != "parquet" else None
     if empty is not None:  # as a click log's rows refuse it: one probability a line, pasted beside
+        header_line = row_line(path, -1)  # the first line that holds anything
+        if empty < header_line:  # as a click log refuses it: its first line is its header
+            raise EventLogError(
+                f"{path}:{empty}: an empty line before the header (line {header_line}): a log's "
+                "first line is its header, which names its columns; remove the empty lines above it"
+            )
         raise EventLogError(
             f"{path}:{empty}: an empty line among the rows, which is no row: predict writes one "
             "probability a row, which pasted beside the file's lines would be a line off from "

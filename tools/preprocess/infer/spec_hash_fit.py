@@ -32,6 +32,7 @@ _WORK = 50_000_000
 _MASK = (1 << 64) - 1
 _HEX = frozenset("0123456789abcdefABCDEF")
 _INTEGER = re.compile(rf"-?[0-9]{{1,{MAX_ID_DIGITS}}}")
+_ZERO_FRACTION = re.compile(r"(?<=.)\.0+$")
 
 
 def value_bits(text: str, kind: str) -> int | None:
@@ -41,8 +42,8 @@ def value_bits(text: str, kind: str) -> int | None:
         return hash_bytes(text.encode())
     if kind == "hex":
         return int(text, 16) if 0 < len(text) <= 16 and all(c in _HEX for c in text) else None
-    # integer: parse_kernel.decode_id's rule ('260.0' too); a negative one wraps
-    digits = text[:-2] if text.endswith(".0") else text
+    # integer: parse_kernel.decode_id's rule ('260.0', '260.00' too); a negative one wraps
+    digits = _ZERO_FRACTION.sub("", text)
     if not _INTEGER.fullmatch(digits) or not ID_RANGE[0] <= int(digits) <= ID_RANGE[1]:
         return None
     return int(digits) & _MASK

@@ -35,15 +35,23 @@ _HEX[np.frombuffer(b"ABCDEF", np.uint8)] = np.arange(10, 16)
 
 
 def strip_point_zero(buf: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """End offsets with a trailing '.0' removed (the CSV copy writes integers as `260.0`)."""
+    """End offsets without a fraction of zeros (`260.0`, `260.00`: CSV writers give integers so),
+    where a digit or sign is before the point: parse_kernel.whole_end's rule."""
     if not (buf == ord(".")).any():
         return end
-    length = end - start
-    has = length >= 3
-    e1 = np.maximum(end - 1, 0)
-    e2 = np.maximum(end - 2, 0)
-    has &= (buf[e1] == ord("0")) & (buf[e2] == ord("."))
-    return np.where(has, end - 2, end)
+    # Only fields ending in '0' are walked back, one byte a pass, while '0' remains.
+    ends, starts = end.ravel(), start.ravel()
+    at = np.flatnonzero((ends - starts >= 3) & (buf[np.maximum(ends - 1, 0)] == ord("0")))
+    k, first = ends[at], starts[at]
+    while len(at):
+        more = (k > first) & (buf[np.maximum(k - 1, 0)] == ord("0"))
+        if not more.any():
+            break
+        k = k - more
+    point = (k < ends[at]) & (k - first >= 2) & (buf[np.maximum(k - 1, 0)] == ord("."))
+    out = end.copy()
+    out.ravel()[at[point]] = k[point] - 1
+    return out
 
 
 def decode_int_generic(

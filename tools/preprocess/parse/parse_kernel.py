@@ -11,7 +11,8 @@ the two to identical results on random and malformed rows.
 Row rules (shared with criteo_text.py): fields past the row's end are missing (right-padding),
 but a row with fewer than `nmin` fields (Schema.min_fields) is malformed (too few fields);
 a label is exactly `0` or `1`; integers are an optional '-' and 1-19 digits within
-+-(2^63 - 1), with `260.0` accepted; categoricals are 1-16 hex digits; a '\\r' before the newline is ignored.
++-(2^63 - 1), with `260.0` and `260.00` accepted; categoricals are 1-16 hex digits; a '\\r'
+before the newline is ignored.
 A feature spec's integer categoricals (spec_kernel) are decode_id's: -2^63 to 2^64 - 1, as 64 bits.
 """
 
@@ -41,9 +42,23 @@ EMPTY_ROW, TOO_MANY_FIELDS, TOO_FEW_FIELDS, BAD_LABEL, BAD_INTEGER, BAD_HEX = 0,
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
+def whole_end(buf, s, e):
+    """The end of buf[s:e] without a fraction of zeros (`260.0`, `260.00`: CSV and Parquet
+    writers give a whole number as many zeros as they like); e where there is none, or nothing
+    before the point."""
+    k = e
+    while k > s and buf[k - 1] == 48:
+        k -= 1
+    return k - 1 if k < e and k - s >= 2 and buf[k - 1] == 46 else e
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
 def decode_int(buf, s, e):
     """(value, ok) of buf[s:e], a non-empty field: up to MAX_INT_DIGITS digits within
-    +-INT64_MAX, decoded in uint64 (19 digits never wrap it)."""
+    +-INT64_MAX, decoded in uint64 (19 digits never wrap it). `260.0` is read as 260; a longer
+    fraction of zeros (`260.00`) is refused here and read by whole_int, which callers call where
+    this refuses: whole_end's loop here, or that call, made this too long for LLVM to inline
+    into the row loops, and the parse of a spec of 9-digit ids took 1.2-1.9x the CPU."""
     if e - s >= 3 and buf[e - 1] == 48 and buf[e - 2] == 46:  # trailing ".0"
         e -= 2
     neg = buf[s] == 45
@@ -63,6 +78,20 @@ def decode_int(buf, s, e):
     return (-w if neg else w), True
 
 
+@njit(cache=True, nogil=True, boundscheck=False)
+def whole_int(buf, s, e):
+    """(value, ok) of a field decode_int refused, read without a fraction of zeros (`260.00`):
+    the integer a CSV or Parquet writer meant, as decode_int bounds it."""
+    k = whole_end(buf, s, e)
+    for i in range(s, k):  # one point at most: `1.0.0` is no number (decode_id would cut `.0`)
+        if buf[i] == 46:
+            return 0, False
+    if k == e:
+        return 0, False
+    v, ok = decode_id(buf, s, k)  # within int64 where its sign is the text's
+    return v, ok and ((v <= 0 and v != -INT64_MAX - 1) if buf[s] == 45 else v >= 0)
+
+
 _ID_TENTH = np.uint64(ID_RANGE[1] // 10)  # 20 digits whose first 19 are past it pass 2^64 - 1
 _NEG_ID = np.uint64(-ID_RANGE[0])
 
@@ -70,13 +99,12 @@ _NEG_ID = np.uint64(-ID_RANGE[0])
 @njit(cache=True, nogil=True, boundscheck=False)
 def decode_id(buf, s, e):
     """(value, ok) of the integer id buf[s:e], a non-empty field: an optional '-' and up to
-    MAX_ID_DIGITS digits within ID_RANGE (`260.0` accepted); the value is the id's 64 bits in an
+    MAX_ID_DIGITS digits within ID_RANGE (`260.0`, `260.00` accepted); the value is the id's 64 bits in an
     int64 (2^64 - 1 as -1), the bits a Parquet int64 or uint64 column of the same value holds.
 
     Shaped as decode_int, one loop and the tests after it, and as fast: a test inside the loop, a
     loop of its own for the 20th digit or a uint64 result took ~40% longer on 8 digits."""
-    if e - s >= 3 and buf[e - 1] == 48 and buf[e - 2] == 46:  # trailing ".0"
-        e -= 2
+    e = whole_end(buf, s, e)  # here the loop costs nothing measurable: ids past int64 are rare
     neg = buf[s] == 45
     if neg:
         s += 1
@@ -160,10 +188,12 @@ def _scan_int(buf, s, dec):
         j += 1
     if d == END and j - s - neg <= 18 and j - s > neg and not (buf[j] == 10 and buf[j - 1] == 13):
         return (-v if neg else v), True, j
-    # Rare: '.0' suffix, a '\r' before the newline, bad or too many digits.
+    # Rare: a fraction of zeros, a '\r' before the newline, bad or too many digits.
     e = _field_end(buf, j, dec)
     end = e - 1 if (buf[e] == 10 and e > s and buf[e - 1] == 13) else e
     v, ok = decode_int(buf, s, end)
+    if not ok:
+        v, ok = whole_int(buf, s, end)
     return v, ok, e
 
 
@@ -273,7 +303,7 @@ def parse_rows(
         row_start[row] = i
         j = _field_end(buf, i, dec)
         e = j - 1 if (buf[j] == 10 and j > i and buf[j - 1] == 13) else j
-        ee = e - 2 if (e - i == 3 and buf[e - 1] == 48 and buf[e - 2] == 46) else e
+        ee = whole_end(buf, i, e) if e - i >= 3 else e  # `1.0`, `1.00`
         label_bad = not (ee - i == 1 and (buf[i] == 48 or buf[i] == 49))
         labels[row] = 0 if label_bad else buf[i] - 48
         f, first_int, first_hex, ur = 1, -1, -1, np.uint64(row)

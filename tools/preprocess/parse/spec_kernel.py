@@ -35,6 +35,7 @@ from shardrec.tools.preprocess.parse.parse_kernel import (
     decode_int,
     hex8_swar,
     int_swar,
+    whole_int,
 )
 from shardrec.tools.preprocess.parse.spec_values import decode_float, hash_string, is_missing
 
@@ -80,6 +81,8 @@ def _label(buf, s, e, escaped, mode, threshold, keys, values, point):
     """(label, ok) of a non-empty label field."""
     if mode == BINARY:
         v, ok = decode_int(buf, s, e)
+        if not ok:
+            v, ok = whole_int(buf, s, e)
         return np.uint8(v), ok and (v == 0 or v == 1)
     if mode == THRESHOLD:
         x, ok = decode_float(buf, s, e, point)
@@ -97,6 +100,8 @@ def _list_value(buf, a, b, kind, escaped, raw):
     negative one is bad_integer)."""
     if raw:
         w, ok = decode_int(buf, a, b)
+        if not ok:
+            w, ok = whole_int(buf, a, b)
         good = ok and w >= 0
         return (np.uint64(w) if good else np.uint64(0)), (-1 if good else BAD_INTEGER)
     return categorical_value(buf, a, b, kind, escaped)
@@ -303,6 +308,8 @@ def parse_spec_rows(
             g = ints[t]
             s, e, k = fs[g], fe[g], np.uint64(slot[g])
             v, ok = _short_int(buf, s, e) if e > s else (0, True)
+            if not ok:  # `15.00`: a whole number with a fraction of zeros (rare)
+                v, ok = whole_int(buf, s, e)
             dense[ur, k], dmiss[ur, k] = float(v), e == s
             if not ok and g < first_bad:
                 first_bad, code = g, BAD_INTEGER

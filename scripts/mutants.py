@@ -82,6 +82,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
             f"trainer/rundir/life/{name}.py",
             [
                 "tests/unit/test_run_lifecycle_rules.py",
+                "tests/unit/test_run_status.py",
                 "tests/unit/test_resume_rules.py",
                 "tests/unit/test_train_config.py",
             ],

@@ -129,6 +129,15 @@ _SHUFFLE_KEYS = ("seed", "block_rows", "window_blocks", "segment_blocks", "group
 _DELIVERY_KEYS = ("num_workers", "prefetch", "pin_memory", "device", "gather_rows", "compiled")
 
 
+@pytest.fixture(scope="session")
+def after_training(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A preprocessed dataset (day_0: train, day_1: val + test) and a run that stopped at the
+    target (after_training.train_to_target), made once for the after-training tests."""
+    from after_training import train_to_target
+
+    return train_to_target(tmp_path_factory.mktemp("after_training"))
+
+
 def loader_kwargs(shuffle: bool = True, **flat) -> dict:
     """build_loader's typed arguments from the flat keywords the loader tests vary."""
     from shardrec.dataloader.loader import Delivery, ShuffleSpec

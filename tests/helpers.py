@@ -8,34 +8,16 @@ deliberate `typer.Exit(1)` (a SystemExit) and that stderr holds exactly that one
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
+from process_table import processes
 from typer.testing import Result
-
-from shardrec.dataloader.format.manifest import (
-    PART_SUFFIX,
-    Manifest,
-    SparseFeature,
-    SplitInfo,
-    smallest_uint,
-)
-from shardrec.dataloader.format.part_file import (
-    file_layout,
-    manifest_layout,
-    open_part,
-    open_split,
-    write_part,
-)
 
 # Log records the CLI and the ranks write to stderr while they work (configure_logging's format,
 # the ranks' with "[rank N]"); a subprocess shows them, and they are not part of the error message.
@@ -117,180 +99,6 @@ def no_rank_env(tmp_path: Path) -> tuple[dict[str, str], Path]:
     return rank_site(tmp_path / "no-rank-site", code), marker
 
 
-def resplit(src: Path, dst: Path, parts: int, seed: int = 7) -> None:
-    """Write the train rows of the 1-part dataset `src` again as `parts` parts of uneven sizes."""
-    manifest = Manifest.load(src)
-    whole = open_part(src, "train", manifest.splits["train"].parts[0], manifest)
-    rows = whole.rows
-    cuts = np.sort(np.random.default_rng(seed).choice(np.arange(1, rows), parts - 1, replace=False))
-    bounds = [0, *cuts.tolist(), rows]
-    info = SplitInfo(rows=rows)
-    for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
-        sparse = {n: np.asarray(v[a:b]) for n, v in whole.sparse.items()}
-        info.parts.append(
-            write_part(
-                dst / "train" / f"part-{k:05d}{PART_SUFFIX}",
-                manifest_layout(manifest),
-                np.asarray(whole.labels[a:b]),
-                np.asarray(whole.dense[a:b]),
-                sparse,
-                fsync=False,
-            )
-        )
-    Manifest(manifest.dense_features, manifest.sparse_features, {"train": info}).save(dst)
-
-
-def write_dataset(
-    directory: Path,
-    dense_names: list[str],
-    cardinalities: dict[str, int],
-    splits: dict[str, list[tuple]],
-    dense_dtype: str = "float32",
-) -> Manifest:
-    """A dataset of the given parts: splits maps each split to its parts, each (labels, dense,
-    ids by feature) or (labels, dense, ids, offsets by list feature); features one-hot unless
-    they have offsets, their id dtype the smallest for their table rows."""
-    lists = {n for parts in splits.values() for p in parts if len(p) > 3 for n in p[3]}
-    features = [
-        SparseFeature(n, c, str(smallest_uint(c - 1)), multi_hot=n in lists)
-        for n, c in cardinalities.items()
-    ]
-    layout = file_layout(dense_names, dense_dtype, features)
-    infos = {}
-    for split, parts in splits.items():
-        written = [
-            write_part(directory / split / f"part-{k:05d}{PART_SUFFIX}", layout, *p, fsync=False)
-            for k, p in enumerate(parts)
-        ]
-        infos[split] = SplitInfo(sum(w.rows for w in written), written)
-    manifest = Manifest(dense_names, features, infos, dense_dtype)
-    manifest.save(directory)
-    return manifest
-
-
-def file_offset(column: np.ndarray) -> int:
-    """Where a column of an opened part (a view of its file's map) starts in the file."""
-    root = column
-    while isinstance(root.base, np.ndarray):
-        root = root.base
-    return column.ctypes.data - root.ctypes.data
-
-
-def change_part_byte(directory: Path, split: str, index: int, at: int, record: bool) -> Path:
-    """Flip byte `at` of a part's file; with `record`, write its new size and checksum into the
-    manifest (as a careless tool or a hostile user would). Returns the file's path."""
-    import hashlib
-    import json
-
-    manifest = Manifest.load(directory)
-    path = directory / split / manifest.splits[split].parts[index].name
-    data = bytearray(path.read_bytes())
-    data[at] ^= 0xFF
-    path.write_bytes(bytes(data))
-    if record:
-        raw = json.loads((directory / "manifest.json").read_text())
-        entry = raw["splits"][split]["parts"][index]
-        entry.update(bytes=len(data), sha256=hashlib.sha256(bytes(data)).hexdigest())
-        (directory / "manifest.json").write_text(json.dumps(raw))
-    return path
-
-
-def old_layout_files(directory: Path) -> dict[str, bytes]:
-    """Every column of the dataset as the file the layout of schema versions 1 and 2 held it in
-    (`split/part-NNNNN/column.npy`, as np.save writes it: the bytes shardrec wrote before one file
-    per part), by relative path, in each part's file order. Digests pinned over the old layout's
-    files are taken over these: equal digests prove the same rows, ids and dense values."""
-    import io
-
-    manifest = Manifest.load(directory)
-    files = {}
-    for split in manifest.splits:
-        for part in open_split(directory, split, manifest):
-            folder = f"{split}/{part.path.name.removesuffix(PART_SUFFIX)}"
-            columns = {"label.npy": part.labels, "dense.npy": part.dense}
-            for name, ids in part.sparse.items():
-                if name in part.offsets:
-                    columns[f"{name}.offsets.npy"] = part.offsets[name]
-                columns[f"{name}.npy"] = ids
-            for fname, column in columns.items():
-                out = io.BytesIO()
-                np.save(out, np.ascontiguousarray(column))
-                files[f"{folder}/{fname}"] = out.getvalue()
-    return files
-
-
-def write_old_layout(src: Path, dst: Path, schema_version: int | None = None) -> dict:
-    """Write the dataset `src` again in the layout of schema versions 1 and 2 (old_layout_files)
-    with that layout's manifest; returns the manifest as written (JSON)."""
-    import hashlib
-    import json
-
-    manifest = Manifest.load(src)
-    lists = any(f.multi_hot for f in manifest.sparse_features)
-    raw = json.loads(manifest.to_json())
-    raw["schema_version"] = schema_version or (2 if lists else 1)
-    files: dict[str, dict[str, dict]] = {}
-    for rel, data in old_layout_files(src).items():
-        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
-        (dst / rel).write_bytes(data)
-        folder, fname = rel.rsplit("/", 1)
-        files.setdefault(folder, {})[fname] = {
-            "bytes": len(data),
-            "sha256": hashlib.sha256(data).hexdigest(),
-        }
-    for split in manifest.splits:
-        for entry in raw["splits"][split]["parts"]:
-            name = entry["name"].removesuffix(PART_SUFFIX)
-            rows = entry["rows"]
-            entry.clear()
-            entry.update(name=name, rows=rows, files=files[f"{split}/{name}"])
-    (dst / "manifest.json").write_text(json.dumps(raw, indent=2) + "\n")
-    return raw
-
-
-@dataclass(frozen=True)
-class Proc:
-    """One live process as /proc shows it."""
-
-    pid: int
-    ppid: int
-    state: str
-    argv: list[bytes]
-    session: int
-
-    @property
-    def command(self) -> str:
-        return b" ".join(self.argv).decode(errors="replace").strip()
-
-
-def processes() -> list[Proc]:
-    """Every process of this machine (those that end while being read are left out)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:  # ended while we looked
-            continue
-        found.append(Proc(int(entry.name), int(fields[1]), fields[0], argv, int(fields[3])))
-    return found
-
-
-def session_processes(sid: int) -> list[Proc]:
-    """The running processes (zombies left out) of session `sid`: a command started with
-    start_new_session=True and every process under it, whichever parent they have now."""
-    return [p for p in processes() if p.session == sid and p.state != "Z"]
-
-
-def kill_session(sid: int) -> None:
-    """SIGKILL to every process of session `sid`: a test's clean-up, whatever it left."""
-    for p in session_processes(sid):
-        with contextlib.suppress(OSError):
-            os.kill(p.pid, signal.SIGKILL)
-
-
 def record_syncs_and_renames(monkeypatch) -> list[str]:
     """Record every os.fsync and os.replace from now on, in order, as "fsync NAME" (the synced
     file's or directory's name, read from /proc/self/fd) and "replace NAME" (the target's name),
@@ -351,6 +159,17 @@ def jobs_handed_to_ranks(monkeypatch) -> list:
 def settings(*items: str) -> list[str]:
     """`--set ITEM` for each item, as a command line takes them."""
     return [flag for item in items for flag in ("--set", item)]
+
+
+TINY_CPU_JOB = settings(
+    'train.device="cpu"',  # CPU ranks (gloo) even on a GPU host: 2 ranks must not need 2 GPUs
+    *TINY_MODEL,
+    "train.global_batch_size=64",
+    'data.eval_splits=["val"]',
+    "train.log_interval=1000",
+)
+"""The tiny job the launcher's tests train (tests/robustness/test_train_launcher.py,
+test_train_damaged_checkpoints.py)."""
 
 
 def train_command(data: Path | str, run_dir: Path | str, *args: str, nproc: int = 2) -> list[str]:

@@ -27,7 +27,8 @@ from shardrec.dataloader.events.history_kernels import (
     xxh64_rows,
 )
 from shardrec.dataloader.format.manifest import DatasetError, Manifest
-from shardrec.dataloader.spec.event_spec import EventSpec, event_spec_from_dict
+from shardrec.dataloader.spec.event_spec import EventSpec
+from shardrec.dataloader.spec.event_spec_file import event_spec_from_dict
 from shardrec.dataloader.util.jit import njit
 
 PAD_LABEL = -1.0

@@ -22,15 +22,14 @@ from shardrec.dataloader.spec.feature_spec import (
     COLUMN_TYPES,
     DENSE_TRANSFORMS,
     DENSE_TYPES,
-    FORMAT_KINDS,
     POOLINGS,
     ROLES,
     SEQUENCE_VALUES,
     FeatureSpec,
     SpecError,
-    TextFormat,
     criteo_spec,
 )
+from shardrec.dataloader.spec.text_format import FORMAT_KINDS, TextFormat
 from shardrec.dataloader.spec.toml_text import toml_value
 from shardrec.dataloader.util.near import did_you_mean
 

@@ -71,7 +71,7 @@ def _build(env, data: str, run_dir: Path, layout: str, checkpoint: bool = True, 
 
 
 def _work(env, data: str, root: str) -> dict:
-    from shardrec.trainer.loop.train_loop import run_job
+    from shardrec.trainer.loop.job_run import run_job
 
     torch.set_num_threads(1)
     root_p, out = Path(root), {}

@@ -141,8 +141,8 @@ def _checkpointed(env, data: str, run_dir: Path, layout: str, steps: int, extra:
 
 def rank_work(env, data: str, multi_hot: str, root: str) -> dict:
     """Everything one process group runs (which depends on its world size)."""
+    from shardrec.trainer.loop.job_run import run_job
     from shardrec.trainer.loop.steps import NonFiniteLossError
-    from shardrec.trainer.loop.train_loop import run_job
     from shardrec.trainer.rundir.checkpoint.manager import CheckpointManager
 
     # One thread per rank, as torchrun's ranks get (launch.py): ranks of one thread per core each
@@ -203,7 +203,7 @@ def bf16_work(env, data: str, root: Path) -> dict:
     they are held against is the group's "ref")."""
     import torch.distributed as dist
 
-    from shardrec.trainer.loop.train_loop import run_job
+    from shardrec.trainer.loop.job_run import run_job
 
     if env.world_size == 1:
         one_rank = build(env, data, root / "w1-table_wise", "table_wise", STEPS, "plain", BF16)

@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import write_tiny_dataset
-from helpers import assert_one_line_error, change_part_byte, file_offset
+from dataset_writing import change_part_byte, file_offset
+from helpers import assert_one_line_error
 from multihot_reference import reference_multihot, reference_tables
 from typer.testing import CliRunner
 

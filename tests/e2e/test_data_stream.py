@@ -2,7 +2,8 @@ import json
 import re
 from pathlib import Path
 
-from helpers import assert_one_line_error, change_part_byte, file_offset
+from dataset_writing import change_part_byte, file_offset
+from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
 from shardrec.dataloader.format.part_file import open_split

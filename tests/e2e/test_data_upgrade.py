@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 from conftest import write_tiny_dataset
-from helpers import assert_one_line_error, cli, write_old_layout
+from dataset_writing import write_old_layout
+from helpers import assert_one_line_error, cli
 
 from shardrec.dataloader.format.fingerprints import dataset_fingerprint, split_fingerprint
 from shardrec.dataloader.format.manifest import Manifest

@@ -23,7 +23,7 @@ BASE = [
 
 @pytest.fixture(scope="module")
 def events(tmp_path_factory) -> Path:
-    from shardrec.dataloader.spec.event_spec import load_event_spec
+    from shardrec.dataloader.spec.event_spec_file import load_event_spec
     from shardrec.tools.preprocess.events.event_dataset import build_event_dataset
     from shardrec.tools.synth.yambda import write_yambda_like
 

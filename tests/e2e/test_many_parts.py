@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import write_tiny_dataset
-from helpers import resplit
+from dataset_writing import resplit
 from typer.testing import CliRunner
 
 from shardrec.tools.cli.app import app

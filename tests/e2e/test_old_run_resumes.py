@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 from conftest import write_tiny_dataset
-from helpers import TINY_MODEL, cli, settings, train_command, write_old_layout
+from dataset_writing import write_old_layout
+from helpers import TINY_MODEL, cli, settings, train_command
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 # The settings the fixture was trained with; a resume refuses any other.

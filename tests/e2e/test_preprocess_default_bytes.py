@@ -4,7 +4,7 @@ manifest (less the versions of the software that wrote it) and the batch stream,
 The digests were taken from the code before feature specs existed; a change that moves any byte
 of a default (Criteo-shaped) dataset fails here. "files" was taken over the `.npy` files of the
 layout before one file per part; since, it is taken over each column as that layout held it
-(helpers.old_layout_files): the same digests, so the same rows, ids and dense values, and the same
+(dataset_writing.old_layout_files): the same digests, so the same rows, ids and dense values, and the same
 stream. "parts" (the part files) and "manifest" were taken once when parts became one Arrow IPC
 file each; they depend on shardrec's code only, not on the pyarrow installed (the files are
 written byte for byte by dataloader/format/arrow_ipc.py).
@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import old_layout_files
+from dataset_writing import old_layout_files
 from typer.testing import CliRunner
 
 from shardrec.tools.cli.app import app

@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_one_line_error, kill_session, session_processes
+from helpers import assert_one_line_error
+from process_table import kill_session, session_processes
 from typer.testing import CliRunner
 
 from shardrec.tools.cli.app import app

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import assert_one_line_error, cli, old_layout_files
+from dataset_writing import old_layout_files
+from helpers import assert_one_line_error, cli
 
 from shardrec.dataloader.format.integrity import verify
 from shardrec.dataloader.format.manifest import Manifest
@@ -145,7 +146,7 @@ def test_an_inferred_spec_preprocesses_the_log_as_python_reads_it(
 # to raise the hash sizes of columns of few values to sizes that give each value its own id: with
 # the sizes it proposed before, the parser gives the digests before.) Taken over the `.npy` files
 # of the layout before one file per part; since, over each column as that layout held it
-# (helpers.old_layout_files): the same digests, the same rows. PINNED_PARTS: the part files.
+# (dataset_writing.old_layout_files): the same digests, the same rows. PINNED_PARTS: the part files.
 PINNED_FILES = {
     "movielens": "30d4e4befbbea7018607ee46254c9968ce425ee4753f0b223088a2e864136cec",
     "avazu": "82294db7f0fa1c1aa0afa26a81452a718d376bd48bca31c7d3b502cc85bdfb01",

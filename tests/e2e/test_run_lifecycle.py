@@ -2,7 +2,8 @@
 of a finished run writes nothing and says how to continue; changed settings are shown and refused
 unless allowed, by `shardrec train` and by the ranks themselves (a direct torchrun); changed data is
 always refused, and `shardrec eval` refuses it too unless --data asks for other data;
---restart moves the old run aside.
+--restart moves the old run aside; a checkpoint copied in from another run is refused. Runs
+refused or started again on their own tiny runs: test_run_dir_refusals.py.
 
 One 10-step run of the module (one launch) starts both tours: each copies it and goes on from
 there. The first tour trains twice more and evaluates once, the second trains twice more (once on
@@ -19,24 +20,11 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import write_tiny_dataset
-from helpers import TINY_MODEL, assert_one_line_error, run_direct_rank, settings
+from helpers import assert_one_line_error, run_direct_rank, settings
+from run_dirs import LIFECYCLE_JOB, train_in_process
 from typer.testing import CliRunner
 
 from shardrec.tools.cli.app import app
-
-JOB = settings(
-    'train.device="cpu"',
-    *TINY_MODEL,
-    "train.global_batch_size=64",
-    'data.eval_splits=["val"]',
-    "eval.max_batches=2",
-)
-
-
-def _train(data: Path, run: Path, *extra: str):
-    return CliRunner().invoke(
-        app, ["train", "--data", str(data), "--out-dir", str(run), "--json", *JOB, *extra]
-    )
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +33,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     only: a test copies the run before it trains on or moves it, and never rewrites the data."""
     root = tmp_path_factory.mktemp("lifecycle")
     write_tiny_dataset(root / "data")
-    first = _train(root / "data", root / "run", "--steps", "10")
+    first = train_in_process(root / "data", root / "run", "--steps", "10")
     assert first.exit_code == 0, first.output
     return root / "data", root / "run"
 
@@ -64,7 +52,7 @@ def test_rerun_resume_changes_data_and_restart(trained: tuple[Path, Path], tmp_p
     }
 
     # 1: the same command again: complete, nothing written, the saved summary printed.
-    again = _train(tiny_dataset, run, "--steps", "10")
+    again = train_in_process(tiny_dataset, run, "--steps", "10")
     assert again.exit_code == 0, again.output
     assert again.stderr.strip() == (
         f"{run} is complete: 10 steps (train.steps = 10); nothing to do. "
@@ -74,7 +62,17 @@ def test_rerun_resume_changes_data_and_restart(trained: tuple[Path, Path], tmp_p
     assert {name: (run / name).read_bytes() for name in record} == record
     # 6: in text, the plan table comes first and the results last, with pointers to the files.
     text = CliRunner().invoke(
-        app, ["train", "--data", str(tiny_dataset), "--out-dir", str(run), *JOB, "--steps", "10"]
+        app,
+        [
+            "train",
+            "--data",
+            str(tiny_dataset),
+            "--out-dir",
+            str(run),
+            *LIFECYCLE_JOB,
+            "--steps",
+            "10",
+        ],
     )
     lines = text.stdout.splitlines()
     plan_at = next(
@@ -88,7 +86,7 @@ def test_rerun_resume_changes_data_and_restart(trained: tuple[Path, Path], tmp_p
     assert not [line for line in lines if line.startswith(("training:", "resumed from"))]
 
     # 2: a changed setting is shown and refused; a misspelt --allow-change gets a suggestion.
-    changed = _train(
+    changed = train_in_process(
         tiny_dataset,
         run,
         "--steps",
@@ -104,11 +102,11 @@ def test_rerun_resume_changes_data_and_restart(trained: tuple[Path, Path], tmp_p
         r"accept them with --allow-change optim\.sparse_lr --allow-change optim\.dense_lr, "
         r"or start over with --restart$",
     )
-    typo = _train(tiny_dataset, run, "--allow-change", "optim.dense_rl")
+    typo = train_in_process(tiny_dataset, run, "--allow-change", "optim.dense_rl")
     assert_one_line_error(
         typo, r"--allow-change optim\.dense_rl: no such setting; did you mean optim\.dense_lr\?$"
     )
-    lower = _train(tiny_dataset, run, "--steps", "2")
+    lower = train_in_process(tiny_dataset, run, "--steps", "2")
     assert_one_line_error(
         lower, r"has trained 10 steps, more than the 2 this job runs to .*a run cannot go back"
     )
@@ -116,7 +114,7 @@ def test_rerun_resume_changes_data_and_restart(trained: tuple[Path, Path], tmp_p
     # 2: other data is refused, even with every setting allowed.
     other = tmp_path / "other"
     write_tiny_dataset(other, seed=5)
-    refused = _train(other, run, "--steps", "12", "--allow-change", "data")
+    refused = train_in_process(other, run, "--steps", "12", "--allow-change", "data")
     assert_one_line_error(
         refused, r"was trained on other data .*a run cannot resume on a changed dataset"
     )
@@ -129,7 +127,7 @@ def test_rerun_resume_changes_data_and_restart(trained: tuple[Path, Path], tmp_p
         str(tiny_dataset),
         "--out-dir",
         str(run),
-        *JOB,
+        *LIFECYCLE_JOB,
         "--steps",
         "12",
         "--set",
@@ -149,7 +147,7 @@ def test_rerun_resume_changes_data_and_restart(trained: tuple[Path, Path], tmp_p
     drew.write_text('{"device": "cuda", "seed": 0}')
     # An allowed change resumes from step 10 and records the new settings (the ranks get the
     # --allow-change keys too: they would refuse the change otherwise).
-    resumed = _train(
+    resumed = train_in_process(
         tiny_dataset,
         run,
         "--steps",
@@ -165,7 +163,7 @@ def test_rerun_resume_changes_data_and_restart(trained: tuple[Path, Path], tmp_p
     assert json.loads(drew.read_text())["device"] == "cuda"
 
     # --restart: the old run moves to run.1 untouched, a new one starts on the other data.
-    restarted = _train(other, run, "--steps", "2", "--restart")
+    restarted = train_in_process(other, run, "--steps", "2", "--restart")
     assert restarted.exit_code == 0, restarted.output
     assert f"moved the earlier run {run} to {tmp_path / 'run.1'}" in restarted.stderr
     assert json.loads((tmp_path / "run.1" / "summary.json").read_text())["steps"] == 12
@@ -232,13 +230,13 @@ def test_the_readme_run_directory_examples_as_written_past_an_epoch_and_onto_mor
     a changed setting. Rank 0 says a resume's changed settings (on this process's stderr: the
     ranks write there, not to the runner's)."""
     tiny_dataset, run = _copy_run(trained, tmp_path)
-    again = _train(tiny_dataset, run, "--steps", "10")
+    again = train_in_process(tiny_dataset, run, "--steps", "10")
     assert again.exit_code == 0 and again.stderr.strip() == (
         f"{run} is complete: 10 steps (train.steps = 10); nothing to do. "
         "To continue it, raise --steps (or train.epochs); to start over, add --restart"
     )
     capfd.readouterr()
-    further = _train(tiny_dataset, run, "--steps", "20")
+    further = train_in_process(tiny_dataset, run, "--steps", "20")
     assert further.exit_code == 0, further.output
     assert (
         f"{run}: resuming from step 10 with changed settings: train.steps: 10 -> 20"
@@ -250,10 +248,22 @@ def test_the_readme_run_directory_examples_as_written_past_an_epoch_and_onto_mor
     # Another world size in one command: a plan made for it is taken without --allow-change.
     plan = tmp_path / "w2.json"
     planned = CliRunner().invoke(
-        app, ["plan", "--data", str(tiny_dataset), "--world-size", "2", "--out", str(plan), *JOB]
+        app,
+        [
+            "plan",
+            "--data",
+            str(tiny_dataset),
+            "--world-size",
+            "2",
+            "--out",
+            str(plan),
+            *LIFECYCLE_JOB,
+        ],
     )
     assert planned.exit_code == 0, planned.output
-    wider = _train(tiny_dataset, run, "--steps", "25", "--nproc-per-node", "2", "--plan", str(plan))
+    wider = train_in_process(
+        tiny_dataset, run, "--steps", "25", "--nproc-per-node", "2", "--plan", str(plan)
+    )
     assert wider.exit_code == 0, wider.output
     assert (
         f"{run}: resuming from step 20 with changed settings: sharding.plan: '' -> '{plan}', train.steps: 20 -> 25"
@@ -262,7 +272,7 @@ def test_the_readme_run_directory_examples_as_written_past_an_epoch_and_onto_mor
     summary = json.loads(wider.stdout)
     assert (summary["steps"], summary["world_size"], summary["resumed_from_step"]) == (25, 2, 20)
 
-    changed = _train(tiny_dataset, run, "--steps", "30", "--set", "optim.dense_lr=0.1")
+    changed = train_in_process(tiny_dataset, run, "--steps", "30", "--set", "optim.dense_lr=0.1")
     assert_one_line_error(
         changed,
         rf"^error: {run}: resuming with changed settings \(optim\.dense_lr: 0\.05 -> 0\.1\); accept them "
@@ -273,7 +283,7 @@ def test_the_readme_run_directory_examples_as_written_past_an_epoch_and_onto_mor
     # refused before any rank starts, naming the way on, which works.
     metrics = (run / "metrics.jsonl").read_bytes()
     pinned = 'sharding.constraints={t_f3={sharding_types=["column_wise"], min_partition=4}}'
-    narrower = _train(tiny_dataset, run, "--steps", "26", "--set", pinned)
+    narrower = train_in_process(tiny_dataset, run, "--steps", "26", "--set", pinned)
     line = assert_one_line_error(
         narrower,
         r"^error: --set '.*': sharding\.constraints\.t_f3: no sharding type satisfies the "
@@ -284,128 +294,9 @@ def test_the_readme_run_directory_examples_as_written_past_an_epoch_and_onto_mor
     )
     assert (run / "metrics.jsonl").read_bytes() == metrics  # no rank started
     hint = line.split("(--set '")[1].split("'")[0]
-    on_one = _train(tiny_dataset, run, "--steps", "26", "--set", pinned, "--set", hint)
+    on_one = train_in_process(tiny_dataset, run, "--steps", "26", "--set", pinned, "--set", hint)
     assert on_one.exit_code == 0, on_one.output
     assert json.loads(on_one.stdout)["world_size"] == 1
-
-
-def test_a_resume_that_shortens_the_run_is_a_change_to_accept(
-    tiny_dataset: Path, tmp_path: Path
-) -> None:
-    """Started with train.epochs = 3, stopped at step 5, rerun without it: epochs 3 -> 1 ends the
-    run earlier, which the rerun must not do quietly (checked without training)."""
-    from shardrec.dataloader.format.manifest import Manifest
-    from shardrec.trainer.job.config import load_job_config
-    from shardrec.trainer.rundir.life import lifecycle
-
-    run = tmp_path / "run"
-    (run / "checkpoints" / "step-00000005").mkdir(parents=True)
-    (run / "checkpoints" / "step-00000005" / "digests.json").write_text("{}")
-    saved = load_job_config(
-        None, [f'data.path="{tiny_dataset}"', "train.epochs=3", "train.global_batch_size=64"]
-    )
-    (run / "config.toml").write_text(saved.to_toml())
-    manifest = Manifest.load(tiny_dataset)
-    rerun = load_job_config(None, [f'data.path="{tiny_dataset}"', "train.global_batch_size=64"])
-    with pytest.raises(ValueError) as refused:
-        lifecycle.check_run_dir(run, rerun, manifest, [])
-    assert str(refused.value) == (
-        f"{run}: resuming with changed settings (train.epochs: 3 -> 1); accept them with "
-        "--allow-change train.epochs, or start over with --restart"
-    )
-    assert lifecycle.check_run_dir(run, rerun, manifest, ["train.epochs"]) == "resume"
-    assert (
-        lifecycle.resume_notice(run, rerun)
-        == f"{run}: resuming from step 5 with changed settings: train.epochs: 3 -> 1"
-    )
-    # Raising the end continues freely, and still says so; --steps past the epochs' end counts.
-    longer = load_job_config(
-        None, [f'data.path="{tiny_dataset}"', "train.global_batch_size=64", "train.steps=60"]
-    )
-    assert lifecycle.check_run_dir(run, longer, manifest, []) == "resume"
-    assert lifecycle.planned_steps(longer, manifest) == 60
-
-
-def test_a_run_stopped_before_its_first_checkpoint_is_not_rerun_with_other_settings(
-    tiny_dataset: Path, tmp_path: Path
-) -> None:
-    """Killed before its first checkpoint, a run starts again from step 0 and appends to its
-    metrics.jsonl: with the same settings it logs the same lines again, with other settings the
-    file would mix two runs' lines, so that is refused (checked without training)."""
-    from shardrec.dataloader.format.manifest import Manifest
-    from shardrec.trainer.job.config import load_job_config
-    from shardrec.trainer.rundir.life import lifecycle
-
-    run = tmp_path / "run"
-    run.mkdir()
-    saved = load_job_config(None, [f'data.path="{tiny_dataset}"', "train.global_batch_size=64"])
-    (run / "config.toml").write_text(saved.to_toml())
-    (run / "metrics.jsonl").write_text(
-        json.dumps({"kind": "train", "step": 20, "loss": 0.5}) + "\n"
-    )
-    manifest = Manifest.load(tiny_dataset)
-    assert lifecycle.check_run_dir(run, saved, manifest, []) == "new"
-    faster = load_job_config(
-        None, [f'data.path="{tiny_dataset}"', "train.global_batch_size=64", "optim.dense_lr=0.5"]
-    )
-    with pytest.raises(ValueError) as refused:
-        lifecycle.check_run_dir(run, faster, manifest, ["optim.dense_lr"])
-    assert str(refused.value) == (
-        f"{run}: holds a run that stopped before its first checkpoint (step 20 logged) with other "
-        "settings (optim.dense_lr: 0.05 -> 0.5); start over with --restart, or rerun with its "
-        "settings"
-    )
-    (run / "metrics.jsonl").write_text("")  # set up, never trained: nothing to mix
-    assert lifecycle.check_run_dir(run, faster, manifest, []) == "new"
-
-
-def test_a_run_directory_apart_from_the_dataset_and_restart_only_moves_runs(
-    tiny_dataset: Path, tmp_path: Path
-) -> None:
-    """--out-dir the dataset's directory (or inside it, or around it) is refused before anything
-    is written: --restart would move the dataset aside with the run. --restart moves only a run."""
-    for out, where in ((tiny_dataset, "is"), (tiny_dataset / "run", "is inside")):
-        refused = _train(tiny_dataset, out, "--steps", "2", "--restart")
-        assert_one_line_error(
-            refused,
-            rf"^error: --out-dir {out} {where} the dataset directory {tiny_dataset}; give the run "
-            "a directory of its own$",
-        )
-    assert (tiny_dataset / "manifest.json").is_file() and not (tiny_dataset / "run").exists()
-    assert not (tiny_dataset / ".lock").exists()  # refused before the run directory's lock
-    holder = tiny_dataset.parent
-    assert_one_line_error(
-        _train(tiny_dataset, holder, "--steps", "2"),
-        rf"^error: --out-dir {holder} holds the dataset directory {tiny_dataset}",
-    )
-    notes = tmp_path / "notes"
-    notes.mkdir()
-    (notes / "todo.txt").write_text("mine")
-    assert_one_line_error(
-        _train(tiny_dataset, notes, "--steps", "2", "--restart"),
-        rf"^error: --restart: {notes} holds files but no run \(no config.toml, metrics.jsonl or "
-        r"checkpoints/\) and would be moved aside whole; give the run a directory of its own$",
-    )
-    assert (notes / "todo.txt").read_text() == "mine" and not (tmp_path / "notes.1").exists()
-
-
-def test_another_dataset_as_the_run_directory_is_refused(
-    tiny_dataset: Path, tmp_path: Path
-) -> None:
-    """--out-dir naming another dataset (a slip between two folders) is refused before anything
-    is written there: the run's files would land among its parts, and --restart would move that
-    dataset aside, from under every run that trains on it."""
-    other = tmp_path / "other"
-    shutil.copytree(tiny_dataset, other)
-    before = sorted(p.name for p in other.iterdir())
-    for extra in ((), ("--restart",)):
-        assert_one_line_error(
-            _train(tiny_dataset, other, "--steps", "2", *extra),
-            rf"^error: --out-dir {other} is a dataset directory \(it holds manifest.json\); give "
-            "the run a directory of its own$",
-        )
-    assert sorted(p.name for p in other.iterdir()) == before
-    assert not (tmp_path / "other.1").exists()
 
 
 def test_a_checkpoint_copied_in_from_another_run_is_refused(
@@ -417,9 +308,12 @@ def test_a_checkpoint_copied_in_from_another_run_is_refused(
     keeps its run's id and resumes."""
     data, run = _copy_run(trained, tmp_path)
     other = tmp_path / "other"
-    assert _train(data, other, "--steps", "12", *settings("optim.dense_lr=0.5")).exit_code == 0
+    assert (
+        train_in_process(data, other, "--steps", "12", *settings("optim.dense_lr=0.5")).exit_code
+        == 0
+    )
     shutil.copytree(other / "checkpoints" / "step-00000012", run / "checkpoints" / "step-00000012")
-    resumed = _train(data, run, "--steps", "14")
+    resumed = train_in_process(data, run, "--steps", "14")
     assert resumed.exit_code == 1, resumed.output  # before: trained on from the other run's step 12
     ids = [(r / "run_id").read_text().strip()[:12] for r in (other, run)]
     assert_one_line_error(

@@ -256,7 +256,7 @@ def test_hstu_on_an_event_log_trains_resumes_evaluates_exports_and_predicts(tmp_
         "holds the user$",
     )
     from shardrec.dataloader.events.event_batches import EventSource
-    from shardrec.dataloader.spec.event_spec import load_event_spec
+    from shardrec.dataloader.spec.event_spec_file import load_event_spec
     from shardrec.tools.preprocess.events.event_log import read_event_log
 
     spec_path = tmp_path / "raw" / "spec.toml"

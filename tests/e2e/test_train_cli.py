@@ -335,7 +335,7 @@ def test_a_global_batch_larger_than_every_event_window_is_refused_before_the_ran
     from helpers import cli
 
     from shardrec.dataloader.format.manifest import Manifest
-    from shardrec.dataloader.spec.event_spec import load_event_spec
+    from shardrec.dataloader.spec.event_spec_file import load_event_spec
     from shardrec.tools.preprocess.events.event_dataset import build_event_dataset
     from shardrec.tools.synth.yambda import write_yambda_like
 

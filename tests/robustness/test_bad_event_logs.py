@@ -276,7 +276,7 @@ def test_holding_out_every_window_of_the_log_is_refused_with_its_window_count(tm
 
 
 def test_a_log_without_a_column_the_models_spec_reads_names_the_models_spec(tmp_path, log):
-    from shardrec.dataloader.spec.event_spec import load_event_spec
+    from shardrec.dataloader.spec.event_spec_file import load_event_spec
     from shardrec.tools.preprocess.events.event_columns import EventLogError
     from shardrec.tools.preprocess.events.raw_events import event_row_batches
 

@@ -13,7 +13,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from helpers import Proc, kill_session, processes, start_cli_job, wait_for_ranks
+from helpers import start_cli_job, wait_for_ranks
+from process_table import Proc, kill_session, processes
 
 RANK_MODULE = b"shardrec.tools.bench.train.train_bench"
 TORCH_FOLDERS = ("torchinductor_",)

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import Proc, kill_session, session_processes
+from process_table import Proc, kill_session, session_processes
 
 
 def _start(tmp: Path, fraction: str) -> subprocess.Popen:

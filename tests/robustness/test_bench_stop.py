@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import kill_session, session_processes
+from process_table import kill_session, session_processes
 
 pytest.importorskip("polars")
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import loader_kwargs, write_tiny_dataset
-from helpers import assert_one_line_error, change_part_byte, file_offset
+from dataset_writing import change_part_byte, file_offset
+from helpers import assert_one_line_error
 from typer.testing import CliRunner
 
 from shardrec.dataloader.format.dataset_files import file_sha256

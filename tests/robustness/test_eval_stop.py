@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 from conftest import write_tiny_dataset
-from helpers import Proc, kill_session, processes, start_cli_job, wait_for_ranks
+from helpers import start_cli_job, wait_for_ranks
+from process_table import Proc, kill_session, processes
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "run-killed-at-step-6"
 """A run of 2 ranks with one checkpoint, step 4."""

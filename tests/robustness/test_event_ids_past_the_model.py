@@ -18,7 +18,7 @@ from shardrec.tools.synth.yambda import write_yambda_like
 
 
 def test_an_item_past_the_models_items_is_named_with_what_to_do(tmp_path) -> None:
-    from shardrec.dataloader.spec.event_spec import load_event_spec
+    from shardrec.dataloader.spec.event_spec_file import load_event_spec
     from shardrec.tools.preprocess.events.event_columns import EventLogError
     from shardrec.tools.preprocess.events.raw_events import event_row_batches
 

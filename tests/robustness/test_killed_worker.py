@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_one_line_error, processes
+from helpers import assert_one_line_error
+from process_table import processes
 
 from shardrec.tools.synth.criteo import write_dataset
 

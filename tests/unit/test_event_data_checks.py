@@ -17,7 +17,7 @@ from helpers import EVENT_SPEC
 
 from shardrec.dataloader.format.fingerprints import dataset_fingerprint, older_fingerprints
 from shardrec.dataloader.format.manifest import Manifest
-from shardrec.dataloader.spec.event_spec import load_event_spec
+from shardrec.dataloader.spec.event_spec_file import load_event_spec
 from shardrec.tools.preprocess.events.event_dataset import build_event_dataset
 from shardrec.tools.synth.yambda import write_yambda_like
 from shardrec.trainer.inference.eval_request import run_dataset

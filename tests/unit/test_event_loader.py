@@ -54,7 +54,7 @@ window_seconds = 86400
 @pytest.fixture(scope="module")
 def events(tmp_path_factory) -> Path:
     """A Yambda-like log of ~20,000 listens over 30 days, preprocessed."""
-    from shardrec.dataloader.spec.event_spec import load_event_spec
+    from shardrec.dataloader.spec.event_spec_file import load_event_spec
     from shardrec.tools.preprocess.events.event_dataset import build_event_dataset
     from shardrec.tools.synth.yambda import write_yambda_like
 
@@ -237,7 +237,7 @@ def test_a_user_of_more_events_than_two_parts_leaves_no_empty_part_and_the_same_
 ):
     """Parts are cut every EVENTS_PER_PART events at a user's start; a user holding more than two
     parts' worth had left a part number with no user, and preprocessing ended in an IndexError."""
-    from shardrec.dataloader.spec.event_spec import load_event_spec
+    from shardrec.dataloader.spec.event_spec_file import load_event_spec
     from shardrec.tools.preprocess.events import event_dataset
     from shardrec.tools.synth.yambda import write_yambda_like
 

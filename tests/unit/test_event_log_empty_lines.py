@@ -25,7 +25,7 @@ FEATURES = ["uid", "hist_item", "hist_artist", "hist_ts", "hist_action", "cand_i
 def _scored(path: Path, spec: Path, known: int) -> int:
     """The rows predict scores of the log at `path` (event_row_batches: the CLI prints its
     refusal as `error: ...`)."""
-    from shardrec.dataloader.spec.event_spec import load_event_spec
+    from shardrec.dataloader.spec.event_spec_file import load_event_spec
     from shardrec.tools.preprocess.events.raw_events import event_row_batches
 
     header = {

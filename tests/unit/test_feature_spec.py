@@ -16,10 +16,10 @@ from shardrec.dataloader.spec.feature_spec import (
     LabelColumn,
     ListColumn,
     SpecError,
-    TextFormat,
     criteo_spec,
 )
 from shardrec.dataloader.spec.spec_file import load_spec, spec_from_dict, spec_to_toml
+from shardrec.dataloader.spec.text_format import TextFormat
 
 MOVIELENS = """
 [format]

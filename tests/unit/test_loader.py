@@ -301,7 +301,7 @@ def test_set_epoch_during_iteration_ends_the_stale_iterator(data: Path):
 
 
 def test_float16_dense_columns_arrive_as_float32(tmp_path: Path):
-    from helpers import write_dataset
+    from dataset_writing import write_dataset
 
     rng = np.random.default_rng(0)
     dense = rng.normal(size=(32, 3)).astype(np.float16)

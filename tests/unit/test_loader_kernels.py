@@ -126,7 +126,7 @@ def test_group_by_part_matches_a_stable_sort(num_parts: int):
 
 
 def test_parts_the_kernels_cannot_read_as_one_column_fall_back_exactly(monkeypatch, tmp_path: Path):
-    from helpers import write_dataset
+    from dataset_writing import write_dataset
 
     rng = np.random.default_rng(4)
     # float16 dense (numba cannot convert it) over several parts.
@@ -154,7 +154,7 @@ def test_the_fallback_keeps_the_rows_of_the_last_part_a_part_index_dtype_holds(
 ):
     """256 parts: part 255 is the largest index of uint8, the located rows' dtype; the fallback
     grouped its rows up to index 255 + 1, which wrapped to 0 and left them unwritten."""
-    from helpers import write_dataset
+    from dataset_writing import write_dataset
 
     rng = np.random.default_rng(4)
     parts = [

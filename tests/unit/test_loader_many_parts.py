@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import write_tiny_dataset
-from helpers import resplit
+from dataset_writing import resplit
 
 from shardrec.dataloader.digest import batch_digest
 from shardrec.dataloader.format.manifest import DatasetError, Manifest

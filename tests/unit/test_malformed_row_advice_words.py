@@ -3,12 +3,8 @@ threshold or a mapping, a blank line before rows, a sequence's side value, an in
 
 from __future__ import annotations
 
-from shardrec.dataloader.spec.feature_spec import (
-    CategoricalColumn,
-    FeatureSpec,
-    LabelColumn,
-    TextFormat,
-)
+from shardrec.dataloader.spec.feature_spec import CategoricalColumn, FeatureSpec, LabelColumn
+from shardrec.dataloader.spec.text_format import TextFormat
 from shardrec.tools.preprocess.tasks.row_advice import row_advice
 
 SKIP = "skip such rows with --max-skipped-fraction 0.01"

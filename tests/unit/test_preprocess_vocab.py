@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import old_layout_files
+from dataset_writing import old_layout_files
 
 from shardrec.tools.preprocess.ids.id_maps import Vocabulary, count_values, merge_counts
 from shardrec.tools.preprocess.ids.vocab import build_vocabularies, load_vocabularies, merge_runs
@@ -27,7 +27,7 @@ from shardrec.tools.synth.criteo import write_dataset
 # sha256 over (relative path, bytes) of every .npy of the dataset, from the in-memory
 # implementation (commit f6c72cd) on write_dataset(rows=6000, seed=5, max_vocab=400), --min-count 2,
 # --chunk-mb 0.2; taken since one file per part over each column as that layout's file held it
-# (helpers.old_layout_files): the same digests, the same rows and ids.
+# (dataset_writing.old_layout_files): the same digests, the same rows and ids.
 TODAYS_DIGESTS = {
     "days": "63c21f850b1ee5ca3bac0340f8fa08e058b0912d09ab4cef9e156b534e0dbe39",
     "kaggle": "27661e16dc3e26db64bb4ba1da90563f3aa8b89f587a4589f3d5c18e4a92edb9",

@@ -1,20 +1,19 @@
 """A run directory's life without torch (trainer/rundir/life/: lifecycle.py, resume_settings.py,
 run_state.py, trained_data.py): whether a job is new, resumes or has nothing left to do, the one
-line of each refusal and of a finished run, and the status `shardrec runs` shows. The trainer's
-side (checkpoints written by real runs): tests/e2e/test_run_lifecycle.py."""
+line of each refusal and of a finished run. The status `shardrec runs` shows:
+test_run_status.py. The trainer's side (checkpoints written by real runs):
+tests/e2e/test_run_lifecycle.py."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
-import time
 from pathlib import Path
 
 import pytest
 from conftest import write_tiny_dataset
-from helpers import cli
+from run_dirs import job_config, run_dir_as_left
 
 from shardrec.dataloader.format.fingerprints import dataset_fingerprint
 from shardrec.dataloader.format.manifest import Manifest
@@ -28,13 +27,8 @@ from shardrec.trainer.rundir.life.lifecycle import (
 )
 from shardrec.trainer.rundir.life.resume_settings import check_allow_keys
 from shardrec.trainer.rundir.life.run_state import (
-    best_auc,
-    find_runs,
     read_run_dir,
-    run_status,
-    stopped_message,
 )
-from shardrec.trainer.rundir.life.stretches import Stretch, write_stretches
 from shardrec.trainer.rundir.life.trained_data import (
     dataset_record,
     preprocessing,
@@ -47,49 +41,25 @@ FIXTURE_RUN = Path(__file__).resolve().parents[1] / "fixtures" / "run-killed-at-
 # tiny_dataset's train split: 1,000 rows; batches of 64 are 15 steps an epoch (16 padded).
 
 
-def _config(data: Path, *settings: str) -> JobConfig:
-    return load_job_config(None, [f'data.path="{data}"', "train.global_batch_size=64", *settings])
-
-
-def _run(
-    tmp_path: Path,
-    saved: JobConfig,
-    step: int,
-    summary: dict | None = None,
-    records: list[dict] = (),
-) -> Path:
-    """A run directory as the trainer leaves it: config.toml, a complete checkpoint at `step`,
-    summary.json when the invocation finished, metrics.jsonl's records."""
-    run = tmp_path / "run"
-    checkpoint = run / "checkpoints" / f"step-{step:08d}"
-    checkpoint.mkdir(parents=True)
-    (checkpoint / "digests.json").write_text('{"files": {}}')  # what makes it complete
-    (run / "config.toml").write_text(saved.to_toml())
-    if summary is not None:
-        (run / "summary.json").write_text(json.dumps(summary))
-    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    return run
-
-
 def test_the_steps_a_job_runs_to(tiny_dataset: Path) -> None:
     manifest = Manifest.load(tiny_dataset)
-    assert planned_steps(_config(tiny_dataset), manifest) == 15
-    assert planned_steps(_config(tiny_dataset, 'data.tail="pad"'), manifest) == 16
-    assert planned_steps(_config(tiny_dataset, "train.epochs=2"), manifest) == 30
-    assert planned_steps(_config(tiny_dataset, "train.steps=7"), manifest) == 7
+    assert planned_steps(job_config(tiny_dataset), manifest) == 15
+    assert planned_steps(job_config(tiny_dataset, 'data.tail="pad"'), manifest) == 16
+    assert planned_steps(job_config(tiny_dataset, "train.epochs=2"), manifest) == 30
+    assert planned_steps(job_config(tiny_dataset, "train.steps=7"), manifest) == 7
 
 
 def test_a_rerun_of_a_finished_run_says_so_and_how_to_continue(
     tiny_dataset: Path, tmp_path: Path
 ) -> None:
-    config = _config(tiny_dataset)
-    run = _run(tmp_path, config, 15, {"steps": 15})
+    config = job_config(tiny_dataset)
+    run = run_dir_as_left(tmp_path, config, 15, {"steps": 15})
     assert check_run_dir(run, config, Manifest.load(tiny_dataset), []) == "complete"
     assert check_job(run, config, []) == (
         f"{run} is complete: 15 steps (train.epochs = 1); nothing to do. To continue it, raise "
         "--steps (or train.epochs); to start over, add --restart"
     )
-    longer = _config(tiny_dataset, "train.steps=20")
+    longer = job_config(tiny_dataset, "train.steps=20")
     assert check_run_dir(run, longer, Manifest.load(tiny_dataset), []) == "resume"
     assert check_job(run, longer, []) is None
 
@@ -97,9 +67,9 @@ def test_a_rerun_of_a_finished_run_says_so_and_how_to_continue(
 def test_a_run_stopped_at_its_target_auc_is_complete_until_the_target_is_raised(
     tiny_dataset: Path, tmp_path: Path
 ) -> None:
-    config = _config(tiny_dataset, "train.target_auc=0.8")
+    config = job_config(tiny_dataset, "train.target_auc=0.8")
     target = {"kind": "target", "step": 6, "split": "val", "auc": 0.81, "target_auc": 0.8}
-    run = _run(tmp_path, config, 6, {"steps": 6, "target_reached": True}, [target])
+    run = run_dir_as_left(tmp_path, config, 6, {"steps": 6, "target_reached": True}, [target])
     manifest = Manifest.load(tiny_dataset)
     assert read_run_dir(run).target == target
     assert check_run_dir(run, config, manifest, []) == "complete"
@@ -109,17 +79,19 @@ def test_a_run_stopped_at_its_target_auc_is_complete_until_the_target_is_raised(
         "(--set train.target_auc=0 --allow-change train.target_auc); to start over, add --restart"
     )
     allow = ["train.target_auc"]
-    raised = _config(tiny_dataset, "train.target_auc=0.9")
+    raised = job_config(tiny_dataset, "train.target_auc=0.9")
     assert check_run_dir(run, raised, manifest, allow) == "resume"
-    assert check_run_dir(run, _config(tiny_dataset), manifest, allow) == "resume"
+    assert check_run_dir(run, job_config(tiny_dataset), manifest, allow) == "resume"
 
 
 def test_a_job_shorter_than_the_run_is_refused_in_one_line(
     tiny_dataset: Path, tmp_path: Path
 ) -> None:
-    run = _run(tmp_path, _config(tiny_dataset, "train.steps=20"), 12)
+    run = run_dir_as_left(tmp_path, job_config(tiny_dataset, "train.steps=20"), 12)
     with pytest.raises(ValueError) as caught:
-        check_run_dir(run, _config(tiny_dataset, "train.steps=10"), Manifest.load(tiny_dataset), [])
+        check_run_dir(
+            run, job_config(tiny_dataset, "train.steps=10"), Manifest.load(tiny_dataset), []
+        )
     assert str(caught.value) == (
         f"{run} has trained 12 steps, more than the 10 this job runs to (train.steps / "
         "train.epochs): a run cannot go back; raise --steps, or start over with --restart"
@@ -130,15 +102,15 @@ def test_raising_the_steps_continues_a_run_and_lowering_them_is_a_change(
     tiny_dataset: Path, tmp_path: Path
 ) -> None:
     manifest = Manifest.load(tiny_dataset)
-    run = _run(tmp_path, _config(tiny_dataset, "train.steps=20"), 12)
-    assert check_run_dir(run, _config(tiny_dataset, "train.steps=30"), manifest, []) == "resume"
+    run = run_dir_as_left(tmp_path, job_config(tiny_dataset, "train.steps=20"), 12)
+    assert check_run_dir(run, job_config(tiny_dataset, "train.steps=30"), manifest, []) == "resume"
     with pytest.raises(ValueError) as caught:
-        check_run_dir(run, _config(tiny_dataset, "train.steps=14"), manifest, [])
+        check_run_dir(run, job_config(tiny_dataset, "train.steps=14"), manifest, [])
     assert str(caught.value) == (
         f"{run}: resuming with changed settings (train.steps: 20 -> 14); accept them with "
         "--allow-change train.steps, or start over with --restart"
     )
-    plan = _config(tiny_dataset, "train.steps=20", 'sharding.plan="other.json"')
+    plan = job_config(tiny_dataset, "train.steps=20", 'sharding.plan="other.json"')
     assert check_run_dir(run, plan, manifest, []) == "resume"  # a checkpoint reshards
     constrained = dataclasses.replace(
         plan,
@@ -152,7 +124,7 @@ def test_a_run_written_before_resumes_on_its_data_moved_elsewhere(tmp_path: Path
     another path, in the layout before one file per part: once that data is upgraded, today's
     record of it is the one the run kept, fingerprint and schema, and the run resumes on the data
     at its new path without --allow-change."""
-    from helpers import write_old_layout
+    from dataset_writing import write_old_layout
 
     from shardrec.tools.preprocess.derived.dataset_upgrade import upgrade_dataset
 
@@ -175,14 +147,14 @@ def test_a_run_written_before_resumes_on_its_data_moved_elsewhere(tmp_path: Path
 def test_a_run_without_a_checkpoint_or_a_config_announces_no_change(
     tiny_dataset: Path, tmp_path: Path
 ) -> None:
-    config = _config(tiny_dataset, "train.steps=20")
-    run = _run(tmp_path, config, 12)
-    assert resume_notice(run, _config(tiny_dataset, "train.steps=30")) is not None
+    config = job_config(tiny_dataset, "train.steps=20")
+    run = run_dir_as_left(tmp_path, config, 12)
+    assert resume_notice(run, job_config(tiny_dataset, "train.steps=30")) is not None
     (run / "config.toml").unlink()
-    assert resume_notice(run, _config(tiny_dataset, "train.steps=30")) is None
+    assert resume_notice(run, job_config(tiny_dataset, "train.steps=30")) is None
     (run / "config.toml").write_text(config.to_toml())
     shutil.rmtree(run / "checkpoints")
-    assert resume_notice(run, _config(tiny_dataset, "train.steps=30")) is None
+    assert resume_notice(run, job_config(tiny_dataset, "train.steps=30")) is None
 
 
 def test_the_preprocessing_settings_include_the_feature_spec(tiny_dataset: Path) -> None:
@@ -198,9 +170,9 @@ def test_the_preprocessing_settings_include_the_feature_spec(tiny_dataset: Path)
 def test_a_run_on_changed_data_is_refused_naming_both_fingerprints(
     tiny_dataset: Path, tmp_path: Path
 ) -> None:
-    config = _config(tiny_dataset)
+    config = job_config(tiny_dataset)
     manifest = Manifest.load(tiny_dataset)
-    run = _run(tmp_path, config, 4)
+    run = run_dir_as_left(tmp_path, config, 4)
     (run / "dataset.json").write_bytes(dataset_record(str(tiny_dataset), manifest))
     assert check_run_dir(run, config, manifest, []) == "resume"
     changed = dataclasses.replace(manifest, dense_features=["a", "b", "c", "d"])
@@ -289,138 +261,3 @@ def test_starting_over_moves_the_old_run_to_the_first_free_name(tmp_path: Path) 
         (run / "config.toml").write_text("x")
         assert move_aside(run) == tmp_path / expected
         assert (tmp_path / expected / "config.toml").read_text() == "x" and not run.exists()
-
-
-def test_the_status_of_a_run(tiny_dataset: Path, tmp_path: Path) -> None:
-    config = _config(tiny_dataset)
-    run = _run(tmp_path, config, 15, {"steps": 15})
-    assert run_status(read_run_dir(run)) == "complete"
-    (run / "summary.json").unlink()
-    assert run_status(read_run_dir(run)) == "running"  # metrics written just now, no lock file
-    old = time.time() - 600
-    os.utime(run / "metrics.jsonl", (old, old))
-    assert run_status(read_run_dir(run)) == "failed"
-    with open(run / "metrics.jsonl", "a") as f:
-        f.write(json.dumps({"kind": "stop", "step": 15}) + "\n")
-    os.utime(run / "metrics.jsonl", (old, old))
-    assert run_status(read_run_dir(run)) == "stopped"
-    with open(run / "metrics.jsonl", "a") as f:
-        f.write(json.dumps({"kind": "resume", "step": 15}) + "\n")
-    os.utime(run / "metrics.jsonl", (old, old))
-    assert run_status(read_run_dir(run)) == "failed"  # resumed after the stop, then died
-    (run / ".lock").write_text("")
-    assert run_status(read_run_dir(run), active_seconds=1e9) == "failed"  # nobody holds it
-    assert stopped_message(1234) == (
-        "stopped at step 1,234; checkpoint written; rerun the same command to resume"
-    )
-
-
-def test_runs_lists_a_run_whose_newest_checkpoint_fails_its_digests_as_damaged(
-    tiny_dataset: Path, tmp_path: Path
-) -> None:
-    """A complete run whose newest checkpoint was changed since its save is no longer listed as
-    complete: train, eval and export of it are refused. Like `train` before it starts ranks,
-    `runs` hashes all but the bulky shards, and finds a shard gone."""
-    import torch
-
-    from shardrec.trainer.rundir.checkpoint.trust import write_digests
-
-    run = _run(tmp_path, _config(tiny_dataset), 15, {"steps": 15})
-    checkpoint = run / "checkpoints" / "step-00000015"
-    torch.save({"progress": {"step": 15}}, checkpoint / "train_state.pt")  # readable, as saved
-    saved = (checkpoint / "train_state.pt").read_bytes()
-    (checkpoint / "__0_0.distcp").write_bytes(b"saved")
-    write_digests(checkpoint)
-    old = time.time() - 600  # not running: no job wrote metrics lately
-    os.utime(run / "metrics.jsonl", (old, old))
-    assert json.loads(cli("runs", run, "--json").stdout)[0]["status"] == "complete"
-    (checkpoint / "train_state.pt").write_bytes(b"later")
-    assert json.loads(cli("runs", run, "--json").stdout)[0]["status"] == "damaged"
-    assert cli("runs", run).stdout.splitlines()[-1] == (
-        f"damaged: {checkpoint / 'train_state.pt'}: contents differ from the digest written at "
-        "save time (changed since); refusing the checkpoint"
-    )
-    (checkpoint / "train_state.pt").write_bytes(saved)
-    (checkpoint / "__0_0.distcp").unlink()
-    assert cli("runs", run).stdout.splitlines()[-1] == (
-        f"damaged: {checkpoint / '__0_0.distcp'}: listed in digests.json but missing; "
-        "refusing the checkpoint"
-    )
-
-
-def test_runs_best_auc_leaves_out_evaluations_a_rerun_went_back_past(
-    tiny_dataset: Path, tmp_path: Path
-) -> None:
-    # Killed after its evaluation of step 30 and before the checkpoint of step 40: a rerun resumes
-    # from step 20 (here with another learning rate), so step 30's model exists no more.
-    killed = [
-        {"kind": "eval", "split": "val", "step": 20, "auc": 0.7465},
-        {"kind": "eval", "split": "val", "step": 30, "auc": 0.7985},
-    ]
-    run = _run(tmp_path, _config(tiny_dataset), 20, None, killed)
-    old = time.time() - 600
-    os.utime(run / "metrics.jsonl", (old, old))
-    # Failed at step 20: a rerun goes on from the checkpoint of step 20 and its AUC.
-    assert json.loads(cli("runs", run, "--json").stdout)[0]["best_val_auc"] == 0.7465
-    rerun = [
-        {"kind": "resume", "step": 20},
-        {"kind": "eval", "split": "val", "step": 30, "auc": 0.7630},
-        {"kind": "eval", "split": "val", "step": 40, "auc": 0.7718},
-    ]
-    with open(run / "metrics.jsonl", "a") as f:
-        f.write("".join(json.dumps(r) + "\n" for r in rerun))
-    assert best_auc(run) == 0.7718
-    shutil.move(run / "checkpoints" / "step-00000020", run / "checkpoints" / "step-00000040")
-    (run / "summary.json").write_text(json.dumps({"steps": 40}))
-    assert json.loads(cli("runs", run, "--json").stdout)[0]["best_val_auc"] == 0.7718
-
-
-def test_runs_are_found_under_a_folder_but_not_inside_checkpoints(tmp_path: Path) -> None:
-    (tmp_path / "a").mkdir()
-    (tmp_path / "a" / "config.toml").write_text("")
-    (tmp_path / "b" / "checkpoints" / "step-00000001").mkdir(parents=True)
-    (tmp_path / "b" / "checkpoints" / "step-00000001" / "config.toml").write_text("")
-    (tmp_path / "c").mkdir()
-    assert find_runs(tmp_path) == [tmp_path / "a", tmp_path / "b"]
-
-
-def test_the_best_auc_is_of_the_split_asked_for(tmp_path: Path) -> None:
-    assert best_auc(tmp_path) is None
-    records = [
-        {"kind": "eval", "split": "val", "step": 1, "auc": 0.70},
-        {"kind": "eval", "split": "test", "step": 1, "auc": 0.90},
-        {"kind": "eval", "split": "val", "step": 2, "auc": 0.75},
-        {"kind": "eval", "split": "val", "step": 3, "auc": 0.72},
-        {"kind": "train", "split": "val", "step": 3, "auc": 0.99},
-        {"kind": "eval", "split": "val", "step": 4, "auc": None},
-    ]
-    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    assert best_auc(tmp_path) == 0.75 and best_auc(tmp_path, "test") == 0.90
-
-
-def test_runs_shows_no_best_auc_for_evaluations_without_one(tiny_dataset: Path, tmp_path: Path):
-    # A val split whose labels are all of one class has no AUC (NaN): `runs` showed "nan" as the
-    # best, and NaN in --json, which is no JSON number (jq refuses it).
-    nan = float("nan")
-    evals = [{"kind": "eval", "split": "val", "step": s, "auc": nan} for s in (10, 20)]
-    run = _run(tmp_path, _config(tiny_dataset), 20, {"steps": 20}, evals)
-    shown = cli("runs", run, "--json").stdout
-    assert "NaN" not in shown and json.loads(shown)[0]["best_val_auc"] is None
-    assert "nan" not in cli("runs", run).stdout.lower()  # the table shows "-"
-
-
-def test_runs_best_auc_of_a_run_that_went_on_is_its_current_stretchs(
-    tiny_dataset: Path, tmp_path: Path
-) -> None:
-    # A day-by-day run (--continue-on) evaluates each day on its own val split; `runs` showed the
-    # best of all days', 0.8100 (day 0's model on day 0's val), beside a model whose AUC on the
-    # data it trains on now is 0.6200.
-    evals = [
-        {"kind": "eval", "split": "val", "step": 10, "auc": 0.81},
-        {"kind": "stretch", "step": 10, "stretch": 1, "data": "days/1"},
-        {"kind": "eval", "split": "val", "step": 20, "auc": 0.58},
-        {"kind": "eval", "split": "val", "step": 30, "auc": 0.62},
-    ]
-    run = _run(tmp_path, _config(tiny_dataset), 30, {"steps": 30}, evals)
-    write_stretches(run, [Stretch(0, "/days/0", "", 0, 10), Stretch(1, "/days/1", "", 10, 30)])
-    assert json.loads(cli("runs", run, "--json").stdout)[0]["best_val_auc"] == 0.62

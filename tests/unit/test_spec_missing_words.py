@@ -18,17 +18,13 @@ from shardrec.dataloader.spec.feature_spec import (
     ListColumn,
     SequenceColumn,
     SpecError,
-    TextFormat,
     criteo_spec,
 )
 from shardrec.dataloader.spec.spec_file import load_spec, spec_from_dict, spec_to_toml
+from shardrec.dataloader.spec.text_format import TextFormat
 from shardrec.tools.preprocess.parse.criteo_text import REASONS
-from shardrec.tools.preprocess.parse.spec_parse import (
-    SpecChunk,
-    criteo_schema,
-    parse_spec_chunk,
-    resolve_program,
-)
+from shardrec.tools.preprocess.parse.spec_parse import SpecChunk, parse_spec_chunk
+from shardrec.tools.preprocess.parse.spec_program import criteo_schema, resolve_program
 
 COLUMNS = (
     LabelColumn("click"),

@@ -1,4 +1,4 @@
-"""The feature-spec parser (spec_kernel, spec_parse) against plain Python (the csv module, int(),
+"""The feature-spec parser (spec_kernel, spec_program, spec_parse) against plain Python (the csv module, int(),
 float(), ids.hash_bytes) on random rows with quoted commas and quotes, lists, integer ids from -2^63
 to 2^64 - 1, floats and missing values; how a spec is matched to a file's fields; and Criteo's shape found."""
 
@@ -18,17 +18,13 @@ from shardrec.dataloader.spec.feature_spec import (
     LabelColumn,
     ListColumn,
     SpecError,
-    TextFormat,
     criteo_spec,
 )
+from shardrec.dataloader.spec.text_format import TextFormat
 from shardrec.tools.preprocess.ids.id_maps import hash_bytes, hash_ids
 from shardrec.tools.preprocess.parse.criteo_text import REASONS, Schema, transform_dense
-from shardrec.tools.preprocess.parse.spec_parse import (
-    criteo_schema,
-    describe_bad_spec_row,
-    parse_spec_chunk,
-    resolve_program,
-)
+from shardrec.tools.preprocess.parse.spec_parse import describe_bad_spec_row, parse_spec_chunk
+from shardrec.tools.preprocess.parse.spec_program import criteo_schema, resolve_program
 from shardrec.tools.preprocess.parts import column_kernels
 from shardrec.tools.preprocess.parts.part_columns import PartColumns, append_spec_rows, list_groups
 

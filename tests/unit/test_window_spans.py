@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import write_tiny_dataset
-from helpers import resplit
+from dataset_writing import resplit
 
 from shardrec.dataloader.digest import batch_digest
 from shardrec.dataloader.gather import gather_kernels

@@ -268,7 +268,7 @@ def _preprocess_events(
 ) -> None:
     """`--events SPEC`: an event log -> an event-log dataset; the text options do not apply."""
     from shardrec.dataloader.format.manifest import DatasetError
-    from shardrec.dataloader.spec.event_spec import load_event_spec
+    from shardrec.dataloader.spec.event_spec_file import load_event_spec
     from shardrec.dataloader.spec.feature_spec import SpecError
     from shardrec.tools.preprocess.events.event_dataset import build_event_dataset, describe
 

@@ -183,7 +183,7 @@ def _print_spec(spec, options: dict, notes: list[str] | None = None) -> None:
 
 def _show_event_spec(dataset: Path, manifest: Manifest) -> None:
     """An event-log dataset's event spec (preprocess --events SPEC), as its manifest keeps it."""
-    from shardrec.dataloader.spec.event_spec import event_spec_from_dict, event_spec_to_toml
+    from shardrec.dataloader.spec.event_spec_file import event_spec_from_dict, event_spec_to_toml
 
     recorded = manifest.events.get("spec")
     if not recorded:

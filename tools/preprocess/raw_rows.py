@@ -30,7 +30,7 @@ from shardrec.tools.preprocess.ids.id_maps import Vocabulary
 from shardrec.tools.preprocess.ids.vocab import load_vocabularies
 from shardrec.tools.preprocess.parse.criteo_text import REASONS, Schema
 from shardrec.tools.preprocess.parse.parquet_schema import is_parquet
-from shardrec.tools.preprocess.parse.spec_parse import read_header
+from shardrec.tools.preprocess.parse.spec_program import read_header
 from shardrec.tools.preprocess.parse.text_parser import TextParser, choose_parser
 from shardrec.tools.preprocess.parts.part_columns import NonFiniteDense, ReservedRawIdError
 from shardrec.tools.preprocess.raw_columns import (

@@ -173,9 +173,9 @@ def _train(
     launcher reads it (a refusal's one line, a lost peer, a bug's traceback)."""
     from shardrec.trainer.distributed.dist import RankMissing, shutdown
     from shardrec.trainer.distributed.launch import launcher_job_id
+    from shardrec.trainer.loop.job_run import run_job
     from shardrec.trainer.loop.steps import NonFiniteLossError
     from shardrec.trainer.loop.train_job import build_job
-    from shardrec.trainer.loop.train_loop import run_job
     from shardrec.trainer.rundir.lock import acquire_run_lock
 
     try:

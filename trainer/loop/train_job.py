@@ -1,5 +1,5 @@
 """One rank's training job: the parts built by trainer.model.build, wired once (`build_job`),
-and what its checkpoints hold. train_loop.run_job runs it.
+and what its checkpoints hold. job_run.run_job runs it.
 
 Called by `python -m shardrec.trainer` (the torchrun entry) on every rank.
 """

@@ -60,7 +60,7 @@ def write_events(directory: Path, rows: int, seed: int = 0) -> Path:
     """A synthetic Yambda-like log, preprocessed; returns the dataset directory."""
     import shutil
 
-    from shardrec.dataloader.spec.event_spec import load_event_spec
+    from shardrec.dataloader.spec.event_spec_file import load_event_spec
     from shardrec.tools.preprocess.events.event_dataset import build_event_dataset
     from shardrec.tools.synth.yambda import write_yambda_like
 

@@ -110,8 +110,8 @@ def rank_main(spec_file: str, out: str) -> None:
     import torch
 
     from shardrec.trainer.distributed.dist import init_distributed, shutdown
+    from shardrec.trainer.loop.job_run import run_job
     from shardrec.trainer.loop.train_job import build_job
-    from shardrec.trainer.loop.train_loop import run_job
     from shardrec.trainer.rundir.life import lifecycle
     from shardrec.trainer.rundir.life.continuation import check_continuing_job
     from shardrec.trainer.rundir.life.stretches import read_stretches

@@ -18,7 +18,7 @@ from torchrec.datasets.utils import Batch
 
 from shardrec.dataloader.events.event_batches import EventBatcher
 from shardrec.dataloader.events.event_files import EventPart
-from shardrec.dataloader.spec.event_spec import event_spec_from_dict
+from shardrec.dataloader.spec.event_spec_file import event_spec_from_dict
 from shardrec.tools.preprocess.events.event_columns import EventLogError, Source
 from shardrec.tools.preprocess.events.event_log import read_event_log
 from shardrec.tools.preprocess.events.log_text import empty_line_among_rows, row_line

@@ -15,7 +15,7 @@ from pathlib import Path
 from shardrec.dataloader.spec.feature_spec import LabelColumn
 from shardrec.dataloader.spec.toml_text import toml_value
 from shardrec.dataloader.util.near import did_you_mean, name_list
-from shardrec.tools.preprocess.parse.spec_parse import Program
+from shardrec.tools.preprocess.parse.spec_program import Program
 from shardrec.tools.preprocess.text.gz import READ_ERRORS, open_text
 from shardrec.tools.preprocess.text.lines import csv_fields
 

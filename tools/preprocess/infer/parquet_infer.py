@@ -1,5 +1,5 @@
 """A proposed feature spec for a Parquet file (`shardrec spec infer` on one; the text's rules are
-spec_infer.py's).
+column_infer.py's).
 
 A Parquet file (`infer_parquet_spec`) has its columns' names and types in its schema: the label
 as given; a list of strings or integers makes a list (the longest list in the sample its
@@ -25,7 +25,14 @@ from shardrec.dataloader.spec.feature_spec import (
     IgnoredColumn,
     LabelColumn,
     ListColumn,
-    TextFormat,
+)
+from shardrec.dataloader.spec.text_format import TextFormat
+from shardrec.tools.preprocess.infer.column_infer import (
+    HEX,
+    MAX_HEX_DIGITS,
+    code_name,
+    hash_size,
+    propose_column,
 )
 from shardrec.tools.preprocess.infer.label_infer import (
     exact,
@@ -34,13 +41,6 @@ from shardrec.tools.preprocess.infer.label_infer import (
     parse_label,
     threshold_inside,
     threshold_wanted,
-)
-from shardrec.tools.preprocess.infer.spec_infer import (
-    HEX,
-    MAX_HEX_DIGITS,
-    code_name,
-    hash_size,
-    propose_column,
 )
 
 

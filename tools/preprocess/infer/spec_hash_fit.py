@@ -3,7 +3,7 @@
 Preprocess gives a categorical value the id 1 + mix64(v) mod (hash_size - 1) (ids/id_maps.hash_ids),
 v being the value's 64 bits: a string's hash (id_maps.hash_bytes, spec_values.hash_string in Python),
 a hex string's number, an integer's two's complement. Values that land on one id are one feature to
-the model, and nothing says so. Twice a column's distinct values (spec_infer.hash_size's estimate)
+the model, and nothing says so. Twice a column's distinct values (column_infer.hash_size's estimate)
 still merges some: 8 genres in 16 rows put Children's and Romance on one id. A column of few values
 gets a table without that at no cost: where the sample saw (nearly) all of a column's values, the
 size proposed is the smallest from the estimate up at which they get ids of their own, looked for

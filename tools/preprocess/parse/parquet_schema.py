@@ -17,7 +17,7 @@ from shardrec.dataloader.spec.feature_spec import (
     SpecError,
 )
 from shardrec.tools.preprocess.parse import spec_kernel as k
-from shardrec.tools.preprocess.parse.spec_parse import Program, resolve_program
+from shardrec.tools.preprocess.parse.spec_program import Program, resolve_program
 
 PARQUET_MAGIC = b"PAR1"
 

@@ -1,10 +1,10 @@
 """The compiled (numba) row parser of feature-spec text: any columns, CSV quoting, strings, lists.
 
 One pass over the bytes, no per-row Python, in the style of parse_kernel (whose integer and hex
-decoders it shares). Each field of a row is scanned once (RFC 4180 quotes when the spec quotes:
-a quoted field may hold the delimiter, `""` is one quote; each line of one with a newline
-inside is a malformed row, none read as a row of its own),
-then decoded by its column's role, given per field index as small arrays (spec_parse.Program):
+decoders it shares). Each field of a row is scanned once (csv_scan.scan_field: RFC 4180 quotes
+when the spec quotes: a quoted field may hold the delimiter, `""` is one quote; each line of one
+with a newline inside is a malformed row, none read as a row of its own), then decoded by its
+column's role, given per field index as small arrays (spec_program.Program):
 
 - label: `0`/`1`, a number compared with a threshold, or a value looked up in a mapping (by its
   string hash);
@@ -28,13 +28,13 @@ from __future__ import annotations
 import numpy as np
 
 from shardrec.dataloader.util.jit import njit
+from shardrec.tools.preprocess.parse.csv_scan import line_end, scan_field
 from shardrec.tools.preprocess.parse.parse_kernel import (
     decode_hex,
     decode_id,
     decode_int,
     hex8_swar,
     int_swar,
-    trailing_zeros,
     whole_int,
 )
 from shardrec.tools.preprocess.parse.spec_values import decode_float, hash_string, is_missing
@@ -57,72 +57,6 @@ BINARY, THRESHOLD, MAPPING = 0, 1, 2  # label modes
     SIDE_LENGTH,
 ) = range(9)
 KEEP_LAST, RAW = 1, 2  # list field flags: a sequence keeps its last values; integers as written
-
-
-@njit(cache=True, nogil=True, boundscheck=False, inline="always")
-def scan_field(buf, i, delim, quoting):
-    """(start, end, next, escaped, bad_quote) of the field at i: its value is buf[start:end] and
-    buf[next] is the delimiter or newline after it (a '\\r' before the newline is no value byte)."""
-    if quoting and buf[i] == 34:
-        j, escaped = i + 1, False
-        while True:
-            c = buf[j]
-            if c == 10:  # no closing quote on this line
-                return i + 1, j, j, escaped, True
-            if c == 34:
-                if buf[j + 1] != 34:
-                    break
-                escaped, j = True, j + 2
-                continue
-            j += 1
-        end, j = j, j + 1
-        if buf[j] == 13 and buf[j + 1] == 10:
-            j += 1
-        elif buf[j] != delim and buf[j] != 10:  # text after the closing quote
-            while buf[j] != delim and buf[j] != 10:
-                j += 1
-            return i + 1, end, j, escaped, True
-        return i + 1, end, j, escaped, False
-    j = _field_end(buf, i, delim)
-    end = j - 1 if (buf[j] == 10 and j > i and buf[j - 1] == 13) else j
-    return i, end, j, False, False
-
-
-@njit(cache=True, nogil=True, boundscheck=False, inline="always")
-def line_end(buf, i):
-    """(the newline at or after i, whether the line holds an odd number of quotes: then it closes
-    the field an earlier line's quote opened; `""` inside it counts twice)."""
-    odd = False
-    while buf[i] != 10:
-        odd ^= buf[i] == 34
-        i += 1
-    return i, odd
-
-
-_L = np.uint64(0x0101010101010101)
-_H = np.uint64(0x8080808080808080)
-_NEWLINES = np.uint64(0x0A0A0A0A0A0A0A0A)
-
-
-@njit(cache=True, nogil=True, boundscheck=False, inline="always")
-def _field_end(buf, i, delim):
-    """The first delimiter or newline at or after i, eight bytes at a time (a zero byte of w ^ d
-    is a match: the lowest byte flagged by (x - L) & ~x & H is exact, higher ones may not be)."""
-    n, j = len(buf), i
-    d = np.uint64(delim) * _L
-    while j + 8 <= n:
-        w = np.uint64(0)
-        p = np.uint64(j)
-        for t in range(8):  # one unaligned load (see parse_kernel.hex8_swar)
-            w |= np.uint64(buf[p + np.uint64(t)]) << np.uint64(8 * t)
-        x, y = w ^ d, w ^ _NEWLINES
-        hit = ((x - _L) & ~x & _H) | ((y - _L) & ~y & _H)
-        if hit:
-            return j + (np.int64(trailing_zeros(hit)) >> 3)
-        j += 8
-    while buf[j] != delim and buf[j] != 10:
-        j += 1
-    return j
 
 
 @njit(cache=True, nogil=True, boundscheck=False, inline="always")

@@ -1,6 +1,6 @@
 """The parser a run reads its text with: Criteo's (criteo_text.py, its compiled kernels: label,
-integers, hex; the built-in spec and any spec of that shape, spec_parse.criteo_schema) or a
-feature spec's (spec_parse.py: any columns, quoting, strings, lists), chosen once per run.
+integers, hex; the built-in spec and any spec of that shape, spec_program.criteo_schema) or a
+feature spec's (spec_program.py, spec_parse.py: any columns, quoting, strings, lists), chosen once per run.
 """
 
 from __future__ import annotations
@@ -18,14 +18,16 @@ from shardrec.tools.preprocess.parse.criteo_text import (
     describe_bad_row,
     parse_chunk,
 )
+from shardrec.tools.preprocess.parse.csv_scan import RowEnds
 from shardrec.tools.preprocess.parse.parquet_schema import ParquetProgram, resolve_parquet
-from shardrec.tools.preprocess.parse.quote_rows import RowEnds
 from shardrec.tools.preprocess.parse.spec_parse import (
-    Program,
     SpecChunk,
-    criteo_schema,
     describe_bad_spec_row,
     parse_spec_chunk,
+)
+from shardrec.tools.preprocess.parse.spec_program import (
+    Program,
+    criteo_schema,
     read_header,
     resolve_program,
 )
@@ -40,7 +42,7 @@ class TextParser:
 
     schema: Schema
     program: Program | None = None
-    """A feature spec's program (spec_parse); None: Criteo's parser reads `schema`."""
+    """A feature spec's program (spec_program); None: Criteo's parser reads `schema`."""
     column_names: tuple[str, ...] = ()
     """Criteo's parser: each field's name where a spec of its shape names them (default: label,
     I1.., C1..)."""

@@ -23,7 +23,8 @@ from shardrec.tools.preprocess.ids.id_maps import Vocabulary, hash_ids
 from shardrec.tools.preprocess.ids.vocab_kernel import lookup_features_into
 from shardrec.tools.preprocess.parse import parse_kernel
 from shardrec.tools.preprocess.parse.criteo_text import ParsedChunk, transform_dense
-from shardrec.tools.preprocess.parse.spec_parse import Program, SpecChunk
+from shardrec.tools.preprocess.parse.spec_parse import SpecChunk
+from shardrec.tools.preprocess.parse.spec_program import Program
 from shardrec.tools.preprocess.parts import column_kernels
 from shardrec.tools.preprocess.parts.dense_table import append_dense, log1p_table
 from shardrec.tools.preprocess.parts.dictionary_ids import dictionary_ids_into

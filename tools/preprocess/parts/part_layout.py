@@ -12,7 +12,7 @@ import numpy as np
 from shardrec.dataloader.format.arrow_ipc import FileLayout
 from shardrec.dataloader.format.manifest import PartInfo
 from shardrec.tools.preprocess.ids.id_maps import Vocabulary
-from shardrec.tools.preprocess.parse.spec_parse import Program
+from shardrec.tools.preprocess.parse.spec_program import Program
 from shardrec.tools.preprocess.parse.text_parser import Chunk
 from shardrec.tools.preprocess.parts.part_columns import (
     PartColumns,

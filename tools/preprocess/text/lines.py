@@ -187,7 +187,7 @@ def header_end(path: Path) -> int:
     return len(line)
 
 
-# Where a row ends in text whose quoted fields hold line breaks (parse.quote_rows.RowEnds.find):
+# Where a row ends in text whose quoted fields hold line breaks (parse.csv_scan.RowEnds.find):
 # (data, start, target) -> (one past the row's newline or -1, ...).
 RowEnd = Callable[[np.ndarray, int, int], tuple[int, int, bool]]
 

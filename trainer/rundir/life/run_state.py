@@ -136,7 +136,7 @@ def _newest_record(
 ) -> dict[str, Any] | None:
     """The newest record of one of `kinds` in RUN/metrics.jsonl, if it is of `step`: a `target`
     record (trainer.loop.target) with its AUC, a `stop` or `resume` record
-    (trainer.loop.train_loop)."""
+    (trainer.loop.job_run)."""
     found = None
     for record in metrics_records(run_dir):
         if record.get("kind") in kinds and (

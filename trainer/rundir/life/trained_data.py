@@ -12,7 +12,7 @@ from typing import Any
 
 from shardrec.dataloader.format.fingerprints import dataset_fingerprint, older_fingerprints
 from shardrec.dataloader.format.manifest import Manifest, SparseFeature
-from shardrec.dataloader.spec.event_spec import event_spec_from_dict
+from shardrec.dataloader.spec.event_spec_file import event_spec_from_dict
 from shardrec.dataloader.spec.feature_spec import COLUMN_TYPES, CategoricalColumn, FeatureSpec
 from shardrec.dataloader.spec.spec_file import sized_spec, spec_from_dict
 from shardrec.trainer.rundir import names

@@ -144,9 +144,9 @@ def rank_malloc_environment(environ: dict[str, str]) -> dict[str, str]:
     glibc's defaults serve blocks past its mmap threshold with mmap and give a heap's free top
     back to the OS past its trim threshold, so each step faulted in again (zeroing the pages,
     charging the memory cgroup) memory it had just given back: ~4,000-5,800 page faults a bf16
-    reference-model rank step on an AMX host, where the matmuls are cheap; kept, ~0-160, and
-    ~11% less CPU a step. Kept in the heap, a rank holds its step's peak working set, as it
-    does mid-step anyway."""
+    reference-model rank step on an AMX host, where the matmuls are cheap; kept, ~0-160 (CPU a
+    step 204 -> 182 ms, the median of six loaded launch pairs, three of which read equal). Kept
+    in the heap, a rank holds its step's peak working set, as it does mid-step anyway."""
     if any(name in environ for name in RANK_MALLOC_ENV):
         return {}
     return dict(RANK_MALLOC_ENV)

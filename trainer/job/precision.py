@@ -29,8 +29,16 @@ def native_bf16(device_type: str) -> bool:
     if device_type == "cuda":
         # Emulation does not count: a pre-Ampere GPU (V100, T4) makes bf16 tensors, but slowly.
         return bool(torch.cuda.is_bf16_supported(including_emulation=False))
-    # AVX512-BF16 or AMX give native bf16 dot products; oneDNN emulates bf16 elsewhere.
-    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+    return bool(_cpu_bf16_units())
+
+
+def _cpu_bf16_units() -> list[str]:
+    """This CPU's units with native bf16 dot products (oneDNN emulates bf16 without them)."""
+    units = {
+        "AMX": torch.cpu._is_amx_tile_supported(),
+        "AVX512-BF16": torch.cpu._is_avx512_bf16_supported(),
+    }
+    return [name for name, present in units.items() if present]
 
 
 def native_bf16_units(device_type: str) -> list[str]:
@@ -40,11 +48,7 @@ def native_bf16_units(device_type: str) -> list[str]:
             return []
         major, minor = torch.cuda.get_device_capability()
         return [f"compute capability {major}.{minor}"]
-    units = {
-        "AMX": torch.cpu._is_amx_tile_supported(),
-        "AVX512-BF16": torch.cpu._is_avx512_bf16_supported(),
-    }
-    return [name for name, present in units.items() if present]
+    return _cpu_bf16_units()
 
 
 def auto_precision_line(device_type: str) -> str:
